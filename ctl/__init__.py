@@ -1,0 +1,1 @@
+"""clowderctl: query and drive the clowder PTY host."""

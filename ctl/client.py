@@ -1,0 +1,115 @@
+"""A blocking client of the PTY host: connect, greet, one request at a time."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from ptyhostd import __version__, protocol
+
+CONNECT_TIMEOUT = 60.0  # a host that is restarting answers within a second or two
+
+
+class ClientError(Exception):
+    """Something the user should read; clowderctl prints it and exits non-zero."""
+
+
+class RequestFailed(ClientError):
+    """The host answered a request with an Error."""
+
+    def __init__(self, err: protocol.Error):
+        super().__init__(err.message)
+        self.code = err.code
+
+
+def default_socket() -> str:
+    """The host socket: $CLOWDER_SOCKET, the user's, or the system's."""
+    env = os.environ.get("CLOWDER_SOCKET")
+    if env:
+        return env
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if os.getuid() != 0 and runtime and os.path.exists(f"{runtime}/clowder/ptyhost.sock"):
+        return f"{runtime}/clowder/ptyhost.sock"
+    return "/run/clowder/ptyhost.sock"
+
+
+class Client:
+    def __init__(self, path: str | None = None, timeout: float = CONNECT_TIMEOUT):
+        self.path = path or default_socket()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self.reader = protocol.FrameReader()
+        self.pending: list[protocol.Message] = []
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(self.path)
+        except FileNotFoundError:
+            raise ClientError(f"no PTY host socket at {self.path} "
+                              f"(is clowder-ptyhost.socket started?)") from None
+        except PermissionError:
+            raise ClientError(f"permission denied on {self.path} (not in the clowder "
+                              f"group?)") from None
+        except OSError as exc:
+            raise ClientError(f"cannot connect to {self.path}: {exc.strerror}") from None
+        self.send(protocol.Hello(version=protocol.PROTOCOL_VERSION,
+                                 client=f"clowderctl {__version__}"))
+        # The host may be restarting: the connection waits in the socket's backlog and is
+        # served when it is back, so the first answer is allowed to take a while.
+        welcome = self.recv()
+        if not isinstance(welcome, protocol.Welcome):
+            raise ClientError(f"unexpected answer to Hello: {type(welcome).__name__}")
+        self.welcome = welcome
+        self.sock.settimeout(None)
+
+    def send(self, msg: protocol.Message) -> None:
+        self.sock.sendall(protocol.encode(msg))
+
+    def recv(self) -> protocol.Message:
+        """The next message; Error frames are raised, EOF is a ClientError."""
+        while not self.pending:
+            try:
+                data = self.sock.recv(1 << 16)
+            except socket.timeout:
+                raise ClientError(f"the PTY host at {self.path} did not answer in time") \
+                    from None
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                raise ClientError("the PTY host closed the connection")
+            try:
+                self.pending.extend(self.reader.feed(data))
+            except protocol.ProtocolError as exc:
+                raise ClientError(f"invalid data from the PTY host: {exc}") from None
+        msg = self.pending.pop(0)
+        if isinstance(msg, protocol.Error):
+            raise RequestFailed(msg)
+        return msg
+
+    def request(self, msg: protocol.Message, expect: type) -> protocol.Message:
+        self.send(msg)
+        reply = self.recv()
+        if not isinstance(reply, expect):
+            raise ClientError(f"unexpected answer {type(reply).__name__} to "
+                              f"{type(msg).__name__}")
+        return reply
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def retrying(path: str | None, deadline: float):
+    """A connected Client, retrying while the socket is missing (units starting)."""
+    end = time.monotonic() + deadline
+    while True:
+        try:
+            return Client(path)
+        except ClientError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)

@@ -1,0 +1,40 @@
+"""clowderctl ps: list sessions."""
+
+import json
+import time
+
+from ptyhostd import protocol
+
+from ..client import Client
+
+COLUMNS = ("id", "name", "pid", "unit", "state", "exit", "size", "created")
+
+
+def add_parser(sub):
+    p = sub.add_parser("ps", help="list sessions")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=run)
+
+
+def exit_text(s: dict) -> str:
+    if s.get("signal") is not None:
+        return f"sig{s['signal']}"
+    return "" if s.get("exit_code") is None else str(s["exit_code"])
+
+
+def run(args) -> int:
+    with Client(args.socket) as c:
+        sessions = c.request(protocol.ListSessions(), protocol.SessionList).sessions
+    sessions.sort(key=lambda s: s.get("created", 0))
+    if args.json:
+        print(json.dumps(sessions, indent=None))
+        return 0
+    rows = [COLUMNS]
+    for s in sessions:
+        rows.append((s["id"], s["name"], str(s["pid"] or "-"), s["unit"], s["state"],
+                     exit_text(s), f"{s['cols']}x{s['rows']}",
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"]))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0

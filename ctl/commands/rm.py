@@ -1,0 +1,18 @@
+"""clowderctl rm: forget an ended session and its backlog."""
+
+from ptyhostd import protocol
+
+from ..client import Client
+
+
+def add_parser(sub):
+    p = sub.add_parser("rm", help="forget ended sessions")
+    p.add_argument("sessions", nargs="+", metavar="ID")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    with Client(args.socket) as c:
+        for sid in args.sessions:
+            c.request(protocol.Remove(session=sid), protocol.Ok)
+    return 0

@@ -1,0 +1,97 @@
+"""ptyhostd's entry point: adopt what systemd kept, serve, and exit cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+
+from . import __version__, fdstore
+from .connection import Connection
+from .host import Config, Host
+from .log import setup as setup_logging
+from .manifest import SLOTS
+
+log = logging.getLogger("ptyhostd")
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="ptyhostd", description="the clowder PTY host")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--system", dest="user", action="store_false", default=None,
+                       help="run under the system manager (default when root)")
+    scope.add_argument("--user", dest="user", action="store_true",
+                       help="run under a user manager (default when not root)")
+    p.add_argument("--socket", help="listen here when not socket-activated")
+    p.add_argument("--backlog-bytes", type=int,
+                   default=int(os.environ.get("CLOWDER_BACKLOG_BYTES", 4 << 20)),
+                   help="raw output kept per session (default 4 MiB)")
+    p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
+    args = p.parse_args(argv)
+    if args.user is None:
+        args.user = os.getuid() != 0
+    if args.backlog_bytes < 4096:
+        p.error("--backlog-bytes must be at least 4096")
+    return args
+
+
+def _is_parked(name: str) -> bool:
+    return name.startswith(("m.", "r.")) or name in SLOTS
+
+
+def _listeners(stored: dict[str, list[int]], path: str | None) -> list[socket.socket]:
+    """The listening sockets systemd passed, or one bound here for manual runs."""
+    socks = [socket.socket(fileno=fd) for name, fds in stored.items() if not _is_parked(name)
+             for fd in fds]
+    if socks:
+        return socks
+    if not path:
+        raise SystemExit("ptyhostd: not socket-activated and no --socket given")
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    if os.path.exists(path):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return [sock]
+
+
+async def _serve(args) -> None:
+    loop = asyncio.get_running_loop()
+    stored = fdstore.inherited()
+    listeners = _listeners(stored, args.socket)
+    parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
+    host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
+                                   user_manager=args.user), parked)
+    for sock in listeners:
+        sock.setblocking(False)
+        # Never closed or unlinked by us: systemd owns the socket and keeps it bound.
+        await loop.create_unix_server(lambda: Connection(host), sock=sock)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: log.warning(
+        "SIGHUP: in-place reload is not supported by this version; ignored"))
+    fdstore.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions")
+    await stop.wait()
+    fdstore.notify("STOPPING=1")
+    await host.shutdown()
+
+
+def main(argv=None) -> None:
+    args = _parse(argv)
+    setup_logging("ptyhostd")
+    try:
+        asyncio.run(_serve(args))
+    except Exception:
+        log.exception("ptyhostd failed")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""One client connection: handshake, who the peer is, and its requests.
+
+The peer's uid comes from the kernel (``SO_PEERCRED``), never from anything it says.
+A client sees and touches only its own sessions; root sees all.  Anything that is not
+valid protocol gets a fatal Error frame and the connection is closed; nothing a client
+sends can end the host or touch another client's stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from typing import Optional
+
+from . import __version__, protocol
+from .pty import write_some
+from .host import Host, RequestError
+from .session import Attachment, Session
+
+log = logging.getLogger("ptyhostd")
+
+# A client's unsent output beyond this is not queued: it catches up from the ring.
+CLIENT_HIGH_WATER = 1 << 20
+CLIENT_LOW_WATER = 256 << 10
+_CREDS = struct.Struct("3i")
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, host: Host):
+        self.host = host
+        self.reader = protocol.FrameReader()
+        self.transport: Optional[asyncio.Transport] = None
+        self.uid = -1
+        self.pid = 0
+        self.greeted = False
+        self.attachment: Optional[Attachment] = None
+        self.closed = False
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._worker: Optional[asyncio.Task] = None
+
+    # --- transport events --------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        self.pid, self.uid, _gid = _CREDS.unpack(
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
+        transport.set_write_buffer_limits(high=CLIENT_HIGH_WATER, low=CLIENT_LOW_WATER)
+        if self.host.uid != 0 and self.uid not in (0, self.host.uid):
+            self.fatal(f"uid {self.uid} may not use the PTY host of uid {self.host.uid}",
+                       "permission")
+            return
+        self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            messages = self.reader.feed(data)
+        except protocol.ProtocolError as exc:
+            self.fatal(str(exc), exc.code)
+            return
+        for msg in messages:
+            if self.closed:
+                return
+            if not self.greeted:
+                self._hello(msg)
+            elif isinstance(msg, (protocol.Input, protocol.Resize)):
+                self._attached_input(msg)  # inline: keystrokes must not queue behind work
+            else:
+                self._queue.put_nowait(msg)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self._detach()
+        if self._worker is not None:
+            self._worker.cancel()
+
+    def pause_writing(self) -> None:
+        if self.attachment is not None:
+            self.attachment.paused = True
+
+    def resume_writing(self) -> None:
+        if self.attachment is not None:
+            self.attachment.paused = False
+            self.attachment.catch_up()
+
+    # --- output ------------------------------------------------------------------------
+
+    def write_raw(self, frame: bytes) -> None:
+        if not self.closed:
+            self.transport.write(frame)
+
+    def send(self, msg: protocol.Message) -> None:
+        self.write_raw(protocol.encode(msg))
+
+    def close_after_flush(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._detach()
+            self.transport.close()  # asyncio sends what is buffered first
+
+    def fatal(self, message: str, code: str) -> None:
+        """Refuse the connection with a reason the peer can show, then close it."""
+        log.warning("client pid %d uid %d: %s", self.pid, self.uid, message,
+                    extra={"CLOWDER_CAUSE": f"client-{code}"})
+        self.send(protocol.Error(message=message, code=code, fatal=True))
+        self.close_after_flush()
+
+    # --- requests ----------------------------------------------------------------------
+
+    def _hello(self, msg: protocol.Message) -> None:
+        if not isinstance(msg, protocol.Hello):
+            self.fatal(f"expected Hello first, got {type(msg).__name__}", "handshake")
+        elif msg.version != protocol.PROTOCOL_VERSION:
+            self.fatal(f"protocol version {msg.version} is not supported: this host "
+                       f"(ptyhostd {__version__}) speaks version {protocol.PROTOCOL_VERSION}",
+                       "version")
+        else:
+            self.greeted = True
+            self.send(protocol.Welcome(version=protocol.PROTOCOL_VERSION,
+                                       server=f"ptyhostd {__version__}", uid=self.uid))
+
+    async def _work(self) -> None:
+        """Handle queued requests one at a time, in order."""
+        while True:
+            msg = await self._queue.get()
+            try:
+                await self._handle(msg)
+            except RequestError as exc:
+                self.send(protocol.Error(message=str(exc), code=exc.code))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("request %s from uid %d failed", type(msg).__name__, self.uid)
+                self.send(protocol.Error(message=f"internal error: {exc!r}", code="internal"))
+
+    def _session(self, ref: str) -> Session:
+        """The session named by id (or by name, if unique) that this client may see."""
+        sessions = self.host.sessions
+        s = sessions.get(ref)
+        if s is None:
+            named = [x for x in sessions.values() if x.name == ref and self._may(x)]
+            if len(named) > 1:
+                raise RequestError(f"name {ref!r} is ambiguous: use an id", "ambiguous")
+            s = named[0] if named else None
+        if s is None or not self._may(s):
+            raise RequestError(f"no such session: {ref!r}", "no-session")
+        return s
+
+    def _may(self, s: Session) -> bool:
+        return self.uid == 0 or s.uid == self.uid
+
+    async def _handle(self, msg: protocol.Message) -> None:
+        P = protocol
+        if self.attachment is not None and not isinstance(msg, P.Detach):
+            raise RequestError(f"{type(msg).__name__} is not valid while attached",
+                               "attached")
+        if isinstance(msg, P.Spawn):
+            s = await self.host.spawn(msg, self.uid)
+            self.send(P.SessionInfo(session=s.info()))
+        elif isinstance(msg, P.ListSessions):
+            self.send(P.SessionList(sessions=[s.info() for s in self.host.sessions.values()
+                                              if self._may(s)]))
+        elif isinstance(msg, P.Send):
+            self._write_input(self._session(msg.session), msg.data)
+            self.send(P.Ok())
+        elif isinstance(msg, P.GetBacklog):
+            ring = self._session(msg.session).ring
+            pos, head = ring.tail, ring.head
+            while pos < head:
+                chunk = ring.read(pos, min(head, pos + P.MAX_DATA))
+                self.write_raw(P.encode_output(chunk))
+                pos += len(chunk)
+            self.send(P.Ok())
+        elif isinstance(msg, P.Wait):
+            s = self._session(msg.session)
+            if s.state in ("exited", "lost"):
+                self.send(s.exited_message())
+            else:
+                fut = asyncio.get_running_loop().create_future()
+                s.waiters.append(fut)
+                self.send(await fut)
+        elif isinstance(msg, P.Kill):
+            await self.host.kill(self._session(msg.session), msg.signal)
+            self.send(P.Ok())
+        elif isinstance(msg, P.Remove):
+            s = self._session(msg.session)
+            if s.state not in ("exited", "lost"):
+                raise RequestError(f"session {s.id} is still {s.state}: kill it first",
+                                   "running")
+            self.host.forget(s, f"removed by uid {self.uid}")
+            self.host.save()
+            self.send(P.Ok())
+        elif isinstance(msg, P.Attach):
+            self._attach(msg)
+        elif isinstance(msg, P.Detach):
+            self.send(P.Ok())
+            self.close_after_flush()
+        else:
+            raise RequestError(f"{type(msg).__name__} is not a request", "bad-request")
+
+    def _write_input(self, s: Session, data: bytes) -> None:
+        if s.state != "running" or s.master is None:
+            raise RequestError(f"session {s.id} is not running ({s.state})", "not-running")
+        view = memoryview(data)
+        while view:
+            n = write_some(s.master.fd, view)
+            if n == 0:
+                raise RequestError(f"session {s.id} is not reading its input "
+                                   f"({len(view)} bytes not delivered)", "input-full")
+            view = view[n:]
+
+    def _attach(self, msg: protocol.Attach) -> None:
+        s = self._session(msg.session)
+        if not msg.read_only and msg.cols and msg.rows and s.state == "running":
+            self.host.resize(s, msg.cols, msg.rows)
+        self.send(protocol.Attached(session=s.info()))
+        att = Attachment(self, s, msg.read_only)
+        att.pos = s.ring.tail
+        if s.state != "running":
+            att.catch_up()
+            self.send(s.exited_message())
+            self.close_after_flush()
+            return
+        self.attachment = att
+        s.attachments.add(att)
+        att.paused = False
+        att.catch_up()
+
+    def _attached_input(self, msg: protocol.Message) -> None:
+        att = self.attachment
+        if att is None:
+            self.send(protocol.Error(message=f"{type(msg).__name__} needs an attach first",
+                                     code="not-attached"))
+            return
+        if att.read_only:
+            self.send(protocol.Error(message="this attach is read-only: input refused",
+                                     code="read-only"))
+            return
+        try:
+            if isinstance(msg, protocol.Input):
+                self._write_input(att.session, msg.data)
+            else:
+                self.host.resize(att.session, msg.cols, msg.rows)
+        except RequestError as exc:
+            self.send(protocol.Error(message=str(exc), code=exc.code))
+
+    def _detach(self) -> None:
+        if self.attachment is not None:
+            self.attachment.session.attachments.discard(self.attachment)
+            self.attachment = None

@@ -1,0 +1,403 @@
+"""The host: the table of sessions, and what happens to it at start, spawn, end and stop.
+
+Everything it owns that must outlive the process is parked in the FD store under these
+names: ``m.<id>`` a pty master (parked with FDPOLL=0, so systemd keeps it while no
+process has the slave open), ``r.<id>`` a backlog ring, ``manifest.a``/``manifest.b``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pwd
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from . import fdstore, protocol, pty
+from .fd import Fd
+from .manager import EXEC_FAILURES, Manager, ManagerError
+from .manifest import SLOTS, Manifest, ManifestError
+from .ring import Ring, RingError
+from .session import UNIT_PREFIX, Session, unit_name
+
+log = logging.getLogger("ptyhostd")
+
+
+class RequestError(Exception):
+    """A client's request cannot be done; the message goes back to that client."""
+
+    def __init__(self, message: str, code: str = "error"):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Config:
+    backlog_bytes: int = 4 << 20
+    max_exited: int = 256  # ended sessions kept for ps/wait/backlog before the oldest go
+    user_manager: bool = False
+
+
+class Host:
+    """Owns every session and the two parked manifest copies."""
+
+    def __init__(self, config: Config, manager: Manager, manifest: Manifest):
+        self.config = config
+        self.manager = manager
+        self.manifest = manifest
+        self.sessions: dict[str, Session] = {}
+        self.loop = asyncio.get_running_loop()
+        self.uid = os.getuid()
+        self._tasks: set[asyncio.Task] = set()
+
+    # --- persistence -------------------------------------------------------------------
+
+    def save(self) -> None:
+        """Rewrite the manifest; called after every change of the session table."""
+        self.manifest.write({"sessions": [s.to_record() for s in self.sessions.values()]})
+
+    def _spawn_task(self, coro) -> None:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("internal task failed: %r", task.exception(), exc_info=task.exception())
+
+    # --- start: adopt what the store gave back ------------------------------------------
+
+    @classmethod
+    async def start(cls, config: Config, stored: dict[str, list[int]]) -> "Host":
+        """A host that has adopted every session parked by its predecessor."""
+        manager = await Manager.connect(config.user_manager)
+        raw_manifest = {name: fds[0] for name, fds in stored.items() if name in SLOTS}
+        records: list[dict] = []
+        if raw_manifest:
+            try:
+                manifest, content = Manifest.adopt(raw_manifest)
+                records = content.get("sessions", [])
+            except ManifestError as exc:
+                log.error("manifest unusable, adopting from fd names alone: %s", exc,
+                          extra={"CLOWDER_CAUSE": "manifest-corrupt"})
+                manifest = Manifest.create()
+        else:
+            manifest = Manifest.create()
+        for slot, fd in manifest.fds.items():
+            if slot not in raw_manifest:
+                fdstore.park(slot, fd.fd)
+        host = cls(config, manager, manifest)
+        await host._adopt(records, stored)
+        return host
+
+    async def _adopt(self, records: list[dict], stored: dict[str, list[int]]) -> None:
+        masters = {n[2:]: fds for n, fds in stored.items() if n.startswith("m.")}
+        rings = {n[2:]: fds for n, fds in stored.items() if n.startswith("r.")}
+        by_id = {r["id"]: r for r in records if isinstance(r, dict) and "id" in r}
+        for sid in masters.keys() - by_id.keys():
+            # Parked but not in the manifest (a crash between park and save, or a lost
+            # manifest): adopt it with what the fd names and systemd can tell.
+            by_id[sid] = {"id": sid, "name": sid, "argv": [], "cwd": None, "uid": 0,
+                          "cols": 80, "rows": 24, "created": time.time(), "state": "running"}
+        for sid, rec in by_id.items():
+            try:
+                await self._adopt_one(rec, masters.pop(sid, []), rings.pop(sid, []))
+            except Exception as exc:  # one bad record must not stop the others
+                log.exception("session %s: could not be adopted: %s", sid, exc,
+                              extra={"CLOWDER_SESSION": sid, "CLOWDER_CAUSE": "adopt-failed"})
+        for kind, leftovers in (("m", masters), ("r", rings)):
+            for sid, fds in leftovers.items():
+                log.warning("closing parked %s.%s that no session claims", kind, sid,
+                            extra={"CLOWDER_SESSION": sid, "CLOWDER_CAUSE": "unclaimed-fd"})
+                for fd in fds:
+                    os.close(fd)
+                fdstore.unpark(f"{kind}.{sid}")
+        await self._stop_orphan_units()
+        self._enforce_exited_cap()
+        self.save()
+        live = sum(1 for s in self.sessions.values() if s.state == "running")
+        log.info("adopted %d sessions (%d running)", len(self.sessions), live,
+                 extra={"CLOWDER_CAUSE": "start"})
+
+    async def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int]) -> None:
+        sid = rec["id"]
+        for extra in master_fds[1:] + ring_fds[1:]:
+            os.close(extra)
+        ring = None
+        if ring_fds:
+            try:
+                ring = Ring.adopt(ring_fds[0], sid)
+            except RingError as exc:
+                log.error("session %s: backlog lost: %s", sid, exc,
+                          extra={"CLOWDER_SESSION": sid, "CLOWDER_CAUSE": "ring-corrupt"})
+        if ring is None:
+            ring = Ring.create(sid, self.config.backlog_bytes)
+            fdstore.park(f"r.{sid}", ring.fd.fd)
+        master = Fd(master_fds[0], f"pty master {sid}") if master_fds else None
+        s = Session(sid, name=rec.get("name") or sid, argv=list(rec.get("argv") or []),
+                    cwd=rec.get("cwd"), uid=int(rec.get("uid", 0)),
+                    cols=int(rec.get("cols", 80)), rows=int(rec.get("rows", 24)),
+                    created=float(rec.get("created", time.time())), ring=ring, master=master,
+                    state=rec.get("state", "running"))
+        s.exit_status = rec.get("exit_status")
+        s.exit_code = rec.get("exit_code")
+        s.signal = rec.get("signal")
+        s.ended_at = rec.get("ended_at")
+        s.pid = int(rec.get("pid") or 0)
+        self.sessions[sid] = s
+        if s.state in ("exited", "lost"):
+            if master is not None:  # a crash came between recording the end and closing
+                self._release_master(s)
+            await self.manager.stop(s.unit)
+            return
+        state = await self.manager.unit_state(s.unit)
+        if master is None:
+            await self._end(s, None, "its pty master was not in the FD store")
+            return
+        if state.finished:
+            await self._end(s, state, "ended while the host was down")
+        elif not state.loaded or state.active in ("inactive", "failed") or not state.main_pid:
+            await self._end(s, state if state.loaded else None,
+                            f"its unit is gone ({state.active}/{state.sub})")
+        else:
+            s.start_reading(self.loop)
+            if not s.watch_pid(self.loop, state.main_pid, lambda: self._on_pid_exit(s)):
+                self._on_pid_exit(s)
+            if s.state != "running":
+                s.set_state("running", "adopted after a host restart")
+
+    async def _stop_orphan_units(self) -> None:
+        """Stop session units that no session claims: their terminal is gone."""
+        try:
+            units = await self.manager.list_units(UNIT_PREFIX + "*.service")
+        except ManagerError as exc:
+            log.error("cannot list session units: %s", exc)
+            return
+        known = {s.unit for s in self.sessions.values()}
+        for name, active, sub in units:
+            if name not in known:
+                log.warning("stopping orphaned unit %s (%s/%s): no parked terminal", name,
+                            active, sub, extra={"CLOWDER_UNIT": name,
+                                                "CLOWDER_CAUSE": "orphan-unit"})
+                await self.manager.stop(name)
+
+    # --- spawn --------------------------------------------------------------------------
+
+    async def spawn(self, req: protocol.Spawn, client_uid: int) -> Session:
+        """Start a session for a client; raises RequestError with a reason it can show."""
+        argv = _check_argv(req.argv)
+        env = _check_env(req.env)
+        if not pty.valid_size(req.cols, req.rows):
+            raise RequestError(f"invalid size {req.cols}x{req.rows}", "bad-request")
+        if req.cwd is not None and not os.path.isabs(req.cwd):
+            raise RequestError(f"working directory must be absolute: {req.cwd!r}",
+                               "bad-request")
+        user = self._run_as(req.user, client_uid)
+        uid = client_uid if req.user is None else _uid_of(req.user)
+        sid = secrets.token_hex(4)
+        while sid in self.sessions:
+            sid = secrets.token_hex(4)
+        name = req.name or sid
+        if len(name) > 200 or any(ord(c) < 32 for c in name):
+            raise RequestError("a session name must be printable and at most 200 characters",
+                               "bad-request")
+        try:
+            master, slave, tty = pty.open_pair(sid)
+        except pty.PtyError as exc:
+            raise RequestError(str(exc), "pty") from exc
+        try:
+            pty.set_size(master.fd, req.cols, req.rows)
+            ring = Ring.create(sid, self.config.backlog_bytes)
+        except Exception:
+            master.close()
+            slave.close()
+            raise
+        s = Session(sid, name=name, argv=argv, cwd=req.cwd, uid=uid, cols=req.cols,
+                    rows=req.rows, created=time.time(), ring=ring, master=master)
+        # Parked before the program starts: a crash from here on cannot lose the pty.
+        fdstore.park(f"m.{sid}", master.fd, poll=False)
+        fdstore.park(f"r.{sid}", ring.fd.fd)
+        self.sessions[sid] = s
+        self.save()
+        s.start_reading(self.loop)
+        try:
+            result = await self.manager.start_session(
+                s.unit, argv, tty, req.cwd, env, user,
+                f"clowder session {name}: {' '.join(argv)[:200]}")
+        except ManagerError as exc:
+            await self._discard(s, f"start failed: {exc}")
+            raise RequestError(f"cannot start {argv[0]!r}: {exc}", "spawn") from exc
+        finally:
+            slave.close()  # the unit has opened the tty (or never will)
+        state = await self.manager.unit_state(s.unit)
+        if result != "done":
+            reason = EXEC_FAILURES.get(state.exec_status) if state.exec_code == 1 else None
+            await self._discard(s, f"start job {result}: {reason or state.result}")
+            raise RequestError(f"cannot start {argv[0]!r}: "
+                               f"{reason or f'systemd start job {result} ({state.result})'}",
+                               "spawn")
+        s.set_state("running", f"started by uid {client_uid}")
+        if not state.main_pid or not s.watch_pid(self.loop, state.main_pid,
+                                                 lambda: self._on_pid_exit(s)):
+            self._on_pid_exit(s)
+        self.save()
+        return s
+
+    def _run_as(self, user: Optional[str], client_uid: int) -> Optional[str]:
+        """The User= for a session, enforcing who may ask for whom."""
+        if user is not None and client_uid != 0:
+            raise RequestError("only root may start a session as another user", "permission")
+        if self.uid != 0:
+            return None  # a user manager runs everything as its own user
+        if user is not None:
+            _uid_of(user)  # refuse unknown users here, with a clear error
+            return user
+        return None if client_uid == 0 else str(client_uid)
+
+    async def _discard(self, s: Session, cause: str) -> None:
+        """Undo a spawn that did not start: nothing of it stays parked or loaded."""
+        s.set_state("failed", cause)
+        self.sessions.pop(s.id, None)
+        s.close_fds(self.loop, keep_ring=False)
+        fdstore.unpark(f"m.{s.id}")
+        fdstore.unpark(f"r.{s.id}")
+        self.save()
+        try:
+            await self.manager.stop(s.unit)
+        except ManagerError as exc:
+            log.error("session %s: cleaning up its unit: %s", s.id, exc)
+
+    # --- the end of a session -----------------------------------------------------------
+
+    def _on_pid_exit(self, s: Session) -> None:
+        if s.pidfd is not None:
+            self.loop.remove_reader(s.pidfd.fd)
+        self._spawn_task(self._finish(s))
+
+    async def _finish(self, s: Session) -> None:
+        if s.state != "running":
+            return
+        try:
+            state = await self.manager.wait_finished(s.unit)
+        except ManagerError as exc:
+            log.error("session %s: %s", s.id, exc, extra={"CLOWDER_SESSION": s.id})
+            state = None
+        await self._end(s, state, "its program ended")
+
+    async def _end(self, s: Session, state, cause: str) -> None:
+        """Record how ``s`` ended, tell its clients, and release its pty and unit."""
+        s.drain()
+        if state is not None and state.exec_code:
+            s.record_exit(state.exec_code, state.exec_status, cause)
+        else:
+            s.record_exit(0, 0, cause + " (exit status unknown)")
+        self.save()  # recorded before anything is released: a crash now loses nothing
+        s.deliver_exit()
+        self._release_master(s)
+        try:
+            await self.manager.stop(s.unit)
+        except ManagerError as exc:
+            log.error("session %s: removing its unit: %s", s.id, exc)
+        self._enforce_exited_cap()
+        self.save()
+
+    def _release_master(self, s: Session) -> None:
+        """Close the pty master (the slave side gets a hang-up) and unpark it."""
+        s.close_fds(self.loop, keep_ring=True)
+        fdstore.unpark(f"m.{s.id}")
+
+    def _enforce_exited_cap(self) -> None:
+        ended = sorted((s for s in self.sessions.values() if s.state in ("exited", "lost")),
+                       key=lambda s: s.ended_at or 0)
+        for s in ended[:max(0, len(ended) - self.config.max_exited)]:
+            self.forget(s, "too many ended sessions kept")
+
+    def forget(self, s: Session, cause: str) -> None:
+        """Drop an ended session and its backlog."""
+        s.set_state("removed", cause)
+        self.sessions.pop(s.id, None)
+        s.close_fds(self.loop, keep_ring=False)
+        fdstore.unpark(f"r.{s.id}")
+
+    # --- requests on running sessions ---------------------------------------------------
+
+    async def kill(self, s: Session, signal: int) -> None:
+        if s.state != "running":
+            raise RequestError(f"session {s.id} is not running ({s.state})", "not-running")
+        if not 1 <= signal <= 64:
+            raise RequestError(f"invalid signal number {signal}", "bad-request")
+        try:
+            await self.manager.kill(s.unit, signal)
+        except ManagerError as exc:
+            raise RequestError(str(exc), "kill") from exc
+
+    def resize(self, s: Session, cols: int, rows: int) -> None:
+        if not pty.valid_size(cols, rows):
+            raise RequestError(f"invalid size {cols}x{rows}", "bad-request")
+        if s.master is None:
+            return
+        pty.set_size(s.master.fd, cols, rows)
+        if (cols, rows) != (s.cols, s.rows):
+            s.cols, s.rows = cols, rows
+            self.save()
+
+    # --- stop ---------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """On SIGTERM: a restart keeps everything parked; a real stop ends every session."""
+        try:
+            job = await self.manager.own_job_type()
+        except ManagerError as exc:
+            log.error("cannot tell a stop from a restart (%s): keeping sessions", exc)
+            job = "restart"
+        if job != "stop":
+            log.info("exiting for %s; %d sessions stay parked", job or "a signal",
+                     len(self.sessions), extra={"CLOWDER_CAUSE": job or "signal"})
+            return
+        log.info("stopping: ending every session", extra={"CLOWDER_CAUSE": "stop"})
+        running = [s for s in self.sessions.values() if s.state == "running"]
+        for s in running:
+            if s.pidfd is not None:
+                self.loop.remove_reader(s.pidfd.fd)
+        await asyncio.gather(*(self._stop_session(s) for s in running))
+        for s in list(self.sessions.values()):
+            self.forget(s, "the host was stopped")
+        self.save()
+
+    async def _stop_session(self, s: Session) -> None:
+        try:
+            await self.manager.stop(s.unit)
+            state = await self.manager.unit_state(s.unit)
+        except ManagerError as exc:
+            log.error("session %s: stopping: %s", s.id, exc)
+            state = None
+        await self._end(s, state, "the host was stopped")
+
+
+def _check_argv(argv) -> list[str]:
+    if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv[:1]) \
+            or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise RequestError("a command is needed (non-empty strings without NUL)",
+                           "bad-request")
+    return list(argv)
+
+
+def _check_env(env) -> list[str]:
+    out = []
+    for k, v in env.items():
+        if not isinstance(k, str) or not isinstance(v, str) or not k or "=" in k \
+                or "\0" in k or "\0" in v or not (k[0].isalpha() or k[0] == "_"):
+            raise RequestError(f"invalid environment variable {k!r}", "bad-request")
+        out.append(f"{k}={v}")
+    return out
+
+
+def _uid_of(user: str) -> int:
+    try:
+        return int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise RequestError(f"no such user: {user!r}", "bad-request") from None

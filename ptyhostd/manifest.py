@@ -1,0 +1,97 @@
+"""The manifest: a small record, parked in the FD store, of what else is parked.
+
+It names each session, its unit, its parked master and ring, and how it ended.  It is
+two memfds written in turn; each copy carries a generation number and a CRC, so a host
+killed in the middle of writing one still finds the other, whole, on its next start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+
+from .fd import Fd
+
+MAGIC = b"CLWMANI1"
+VERSION = 1
+_HEADER = struct.Struct("<8sQQI")  # magic, generation, length, crc32
+SLOTS = ("manifest.a", "manifest.b")
+
+
+class ManifestError(Exception):
+    """No usable manifest copy was found."""
+
+
+class Manifest:
+    """The holder of the two manifest memfds."""
+
+    def __init__(self, fds: dict[str, Fd], generation: int):
+        self.fds = fds
+        self.generation = generation
+
+    @classmethod
+    def create(cls) -> "Manifest":
+        fds = {}
+        for slot in SLOTS:
+            fds[slot] = Fd(os.memfd_create(f"clowder-{slot}", os.MFD_CLOEXEC), slot)
+        return cls(fds, 0)
+
+    @classmethod
+    def adopt(cls, raw: dict[str, int]) -> tuple["Manifest", dict]:
+        """Take over the parked copies; returns the manifest and the newest valid content.
+
+        Raises ManifestError (after closing the fds) when neither copy is usable.
+        """
+        fds = {slot: Fd(fd, slot) for slot, fd in raw.items()}
+        best = None
+        problems = []
+        for slot, fd in fds.items():
+            try:
+                gen, content = _read(fd.fd)
+            except ManifestError as exc:
+                problems.append(f"{slot}: {exc}")
+                continue
+            if best is None or gen > best[0]:
+                best = (gen, content)
+        for slot in SLOTS:
+            if slot not in fds:
+                fds[slot] = Fd(os.memfd_create(f"clowder-{slot}", os.MFD_CLOEXEC), slot)
+        if best is None:
+            raise ManifestError("; ".join(problems) or "no manifest was parked")
+        return cls(fds, best[0]), best[1]
+
+    def write(self, content: dict) -> None:
+        """Write ``content`` into the older copy, making it the newest."""
+        self.generation += 1
+        slot = SLOTS[self.generation % 2]
+        body = json.dumps({"version": VERSION, **content}, separators=(",", ":")).encode()
+        data = _HEADER.pack(MAGIC, self.generation, len(body), zlib.crc32(body)) + body
+        fd = self.fds[slot].fileno()
+        os.ftruncate(fd, len(data))
+        os.pwrite(fd, data, 0)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            fd.close()
+
+
+def _read(fd: int) -> tuple[int, dict]:
+    head = os.pread(fd, _HEADER.size, 0)
+    if len(head) < _HEADER.size:
+        raise ManifestError("empty")
+    magic, gen, length, crc = _HEADER.unpack(head)
+    if magic != MAGIC:
+        raise ManifestError(f"bad magic {magic!r}")
+    body = os.pread(fd, length, _HEADER.size)
+    if len(body) != length or zlib.crc32(body) != crc:
+        raise ManifestError(f"generation {gen} is torn (length or CRC mismatch)")
+    try:
+        content = json.loads(body)
+    except ValueError as exc:
+        raise ManifestError(f"generation {gen}: invalid JSON: {exc}") from None
+    if not isinstance(content, dict) or content.get("version") != VERSION:
+        raise ManifestError(f"generation {gen}: unsupported manifest version "
+                            f"{content.get('version') if isinstance(content, dict) else '?'}")
+    return gen, content

@@ -1,0 +1,381 @@
+"""The wire protocol between clowderctl (or any client) and ptyhostd.
+
+Everything both sides must agree on lives in this one module.
+
+A frame is a 6-byte header, ``!IH`` = (payload length, kind), then the payload.
+The length is checked against ``MAX_FRAME`` *before* the body is read, so a hostile
+length can never make the reader allocate.  A payload is a 4-byte length of a JSON
+object (0 means ``{}``), the JSON object, then raw bytes for the message's ``data``
+field if it has one.  JSON carries the typed fields; raw bytes carry terminal I/O so
+the byte path never base64-encodes anything.
+
+Every connection starts with HELLO from the client, answered by WELCOME (or by a
+fatal ERROR on a version mismatch).  Kinds are numbered in blocks: 1xx handshake and
+errors, 2xx requests, 3xx replies and streams.  Unknown kinds are a fatal error.
+
+Don't forget to bump PROTOCOL_VERSION if any of these change in a way an older peer
+would misread; adding an optional field or a new kind does not need a bump.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+PROTOCOL_VERSION = 1
+MAX_FRAME = 1 << 20  # 1 MiB: the largest payload either side accepts
+HEADER = struct.Struct("!IH")
+_JSON_LEN = struct.Struct("!I")
+# The largest raw chunk a sender puts in one frame (leaves room for the JSON part).
+MAX_DATA = MAX_FRAME - 64 * 1024
+
+
+class ProtocolError(Exception):
+    """A peer sent something that is not valid protocol; the connection must close."""
+
+    def __init__(self, message: str, code: str = "protocol"):
+        super().__init__(message)
+        self.code = code
+
+
+# --- messages -------------------------------------------------------------------------
+
+_REGISTRY: dict[int, type["Message"]] = {}
+
+
+def _register(cls):
+    if cls.KIND in _REGISTRY:
+        raise RuntimeError(f"kind {cls.KIND} registered twice")
+    _REGISTRY[cls.KIND] = cls
+    return dataclass(cls)
+
+
+class Message:
+    """Base of every payload type; ``KIND`` is its number on the wire."""
+
+    KIND: ClassVar[int]
+
+
+# 1xx: handshake and errors
+
+
+@_register
+class Hello(Message):
+    """Client -> host, first frame. Answered by Welcome or a fatal Error."""
+
+    KIND = 100
+    version: int
+    client: str = ""
+
+
+@_register
+class Welcome(Message):
+    """Host -> client: the handshake succeeded; ``uid`` is who the host thinks you are."""
+
+    KIND = 101
+    version: int
+    server: str
+    uid: int
+
+
+@_register
+class Error(Message):
+    """Host -> client: a request failed. ``fatal`` means the host closes the connection."""
+
+    KIND = 102
+    message: str
+    code: str = "error"
+    fatal: bool = False
+
+
+# 2xx: requests (client -> host); each is answered as its docstring says
+
+
+@_register
+class Spawn(Message):
+    """Start a program on a new pty as its own systemd unit. -> SessionInfo."""
+
+    KIND = 200
+    argv: list
+    name: Optional[str] = None
+    cwd: Optional[str] = None
+    env: dict = field(default_factory=dict)
+    cols: int = 80
+    rows: int = 24
+    user: Optional[str] = None  # only root may name another user
+
+
+@_register
+class ListSessions(Message):
+    """List the sessions this client may see. -> SessionList."""
+
+    KIND = 201
+
+
+@_register
+class Send(Message):
+    """Write ``data`` to a session's terminal input. -> Ok."""
+
+    KIND = 202
+    session: str
+    data: bytes = b""
+
+
+@_register
+class GetBacklog(Message):
+    """Ask for the retained raw output. -> Output frames, then Ok."""
+
+    KIND = 203
+    session: str
+
+
+@_register
+class Wait(Message):
+    """Block until the session has ended. -> Exited."""
+
+    KIND = 204
+    session: str
+
+
+@_register
+class Kill(Message):
+    """Send a signal to the session's program (its whole unit). -> Ok."""
+
+    KIND = 205
+    session: str
+    signal: int = 15
+
+
+@_register
+class Attach(Message):
+    """Stream a session. -> Attached, Output (the backlog, then live), ..., Exited."""
+
+    KIND = 206
+    session: str
+    cols: int = 0  # 0: leave the size alone
+    rows: int = 0
+    read_only: bool = False
+
+
+@_register
+class Input(Message):
+    """Attached client -> host: keystrokes. Refused on a read-only attach."""
+
+    KIND = 207
+    data: bytes = b""
+
+
+@_register
+class Resize(Message):
+    """Attached client -> host: its terminal's size changed. No answer."""
+
+    KIND = 208
+    cols: int
+    rows: int
+
+
+@_register
+class Detach(Message):
+    """Attached client -> host: stop streaming. -> Ok, then the host closes."""
+
+    KIND = 209
+
+
+@_register
+class Remove(Message):
+    """Forget an ended session and its backlog. -> Ok."""
+
+    KIND = 210
+    session: str
+
+
+# 3xx: replies and streams (host -> client)
+
+
+@_register
+class Ok(Message):
+    """The request succeeded and has nothing more to say."""
+
+    KIND = 300
+
+
+@_register
+class SessionInfo(Message):
+    """One session, as a dict with the keys of ``SESSION_FIELDS``."""
+
+    KIND = 301
+    session: dict
+
+
+@_register
+class SessionList(Message):
+    """Every session visible to the client."""
+
+    KIND = 302
+    sessions: list
+
+
+@_register
+class Output(Message):
+    """Raw terminal output (backlog or live)."""
+
+    KIND = 303
+    data: bytes = b""
+
+
+@_register
+class Exited(Message):
+    """The session ended: ``exit_code`` or ``signal`` is set, ``status`` says which."""
+
+    KIND = 304
+    session: str
+    status: str  # "exited", "killed", "dumped" or "lost"
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+
+
+@_register
+class Attached(Message):
+    """The attach succeeded; Output frames follow."""
+
+    KIND = 305
+    session: dict
+
+
+SESSION_FIELDS = (
+    "id", "name", "pid", "unit", "state", "exit_code", "signal", "cols", "rows",
+    "created", "uid", "cwd", "argv",
+)
+
+# --- encoding --------------------------------------------------------------------------
+
+_TYPES = {int: int, str: str, bool: bool, bytes: bytes, list: list, dict: dict}
+_FIELD_CACHE: dict[type, list] = {}
+
+
+def _fields(cls) -> list:
+    """(name, base type, optional, has default) for each field of a message class."""
+    cached = _FIELD_CACHE.get(cls)
+    if cached is None:
+        cached = []
+        for f in dataclasses.fields(cls):
+            text = f.type if isinstance(f.type, str) else f.type.__name__
+            optional = text.startswith("Optional[")
+            base = text[len("Optional["):-1] if optional else text
+            has_default = not (f.default is dataclasses.MISSING
+                               and f.default_factory is dataclasses.MISSING)
+            cached.append((f.name, {"int": int, "str": str, "bool": bool, "bytes": bytes,
+                                    "list": list, "dict": dict}[base], optional, has_default))
+        _FIELD_CACHE[cls] = cached
+    return cached
+
+
+def encode(msg: Message) -> bytes:
+    """One whole frame for ``msg``."""
+    obj = {}
+    data = b""
+    for name, typ, _, _ in _fields(type(msg)):
+        value = getattr(msg, name)
+        if typ is bytes:
+            data = bytes(value)
+        else:
+            obj[name] = value
+    body = json.dumps(obj, separators=(",", ":")).encode() if obj else b""
+    length = _JSON_LEN.size + len(body) + len(data)
+    if length > MAX_FRAME:
+        raise ProtocolError(f"{type(msg).__name__} frame of {length} bytes exceeds {MAX_FRAME}",
+                            "oversize")
+    return HEADER.pack(length, msg.KIND) + _JSON_LEN.pack(len(body)) + body + data
+
+
+def encode_output(data) -> bytes:
+    """Fast path for the hottest frame: Output with raw bytes and no JSON."""
+    return HEADER.pack(_JSON_LEN.size + len(data), Output.KIND) + b"\0\0\0\0" + bytes(data)
+
+
+def check_header(header: bytes) -> tuple[int, int]:
+    """(length, kind) of a frame header; raises ProtocolError before any body is read."""
+    length, kind = HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise ProtocolError(f"frame of {length} bytes exceeds the maximum of {MAX_FRAME}",
+                            "oversize")
+    if kind not in _REGISTRY:
+        raise ProtocolError(f"unknown message kind {kind}", "unknown-kind")
+    if length < _JSON_LEN.size:
+        raise ProtocolError(f"frame of kind {kind} is too short ({length} bytes)", "truncated")
+    return length, kind
+
+
+def decode(kind: int, payload: bytes) -> Message:
+    """The message of ``kind`` carried by ``payload``; raises ProtocolError if invalid."""
+    cls = _REGISTRY.get(kind)
+    if cls is None:
+        raise ProtocolError(f"unknown message kind {kind}", "unknown-kind")
+    if len(payload) < _JSON_LEN.size:
+        raise ProtocolError(f"{cls.__name__}: payload too short", "truncated")
+    (jlen,) = _JSON_LEN.unpack_from(payload)
+    if jlen > len(payload) - _JSON_LEN.size:
+        raise ProtocolError(f"{cls.__name__}: JSON length {jlen} runs past the frame",
+                            "truncated")
+    obj: Any = {}
+    if jlen:
+        try:
+            obj = json.loads(payload[_JSON_LEN.size:_JSON_LEN.size + jlen])
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"{cls.__name__}: invalid JSON ({exc})", "bad-json") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError(f"{cls.__name__}: payload is not a JSON object", "bad-json")
+    data = payload[_JSON_LEN.size + jlen:]
+    kwargs = {}
+    for name, typ, optional, has_default in _fields(cls):
+        if typ is bytes:
+            kwargs[name] = bytes(data)
+            continue
+        if name not in obj:
+            if not has_default:
+                raise ProtocolError(f"{cls.__name__}: missing field {name!r}", "bad-field")
+            continue
+        value = obj[name]
+        if value is None and optional:
+            kwargs[name] = None
+            continue
+        # bool is an int in Python: keep them apart so `true` is never a size.
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise ProtocolError(
+                f"{cls.__name__}: field {name!r} must be {typ.__name__}, "
+                f"got {type(value).__name__}", "bad-field")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+class FrameReader:
+    """Incremental decoder: feed bytes, get whole messages out.
+
+    Used by both sides.  The header is validated as soon as its 6 bytes arrive, so an
+    oversize or unknown frame is refused before its body is buffered.
+    """
+
+    def __init__(self):
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Messages completed by ``data``; raises ProtocolError at the first bad frame."""
+        self._buf += data
+        out = []
+        while len(self._buf) >= HEADER.size:
+            length, kind = check_header(bytes(self._buf[:HEADER.size]))
+            end = HEADER.size + length
+            if len(self._buf) < end:
+                break
+            payload = bytes(self._buf[HEADER.size:end])
+            del self._buf[:end]
+            out.append(decode(kind, payload))
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Bytes received that do not yet form a whole frame."""
+        return len(self._buf)

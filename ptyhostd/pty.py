@@ -1,0 +1,73 @@
+"""Pseudo-terminal masters: opening a pair, sizing it, writing input.
+
+The host only ever holds the master; systemd opens the slave by path (``TTYPath=``)
+for the session's unit.  The slave we open here is held just until that unit has
+opened it, because a master whose slave was never opened reads EIO.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import termios
+
+from .fd import Fd
+
+TIOCGPTN = 0x80045430
+TIOCSPTLCK = 0x40045431
+TIOCGPTPEER = 0x5441
+_WINSZ = struct.Struct("HHHH")
+
+
+class PtyError(OSError):
+    """A pty could not be opened or used."""
+
+
+def open_pair(sid: str) -> tuple[Fd, Fd, str]:
+    """(master, slave, slave path) of a new pty, both non-inheritable and not our ctty."""
+    try:
+        master = Fd(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC
+                            | os.O_NONBLOCK), f"pty master {sid}")
+    except OSError as exc:
+        raise PtyError(exc.errno, f"opening /dev/ptmx for session {sid}: {exc.strerror}")
+    try:
+        fcntl.ioctl(master.fd, TIOCSPTLCK, struct.pack("i", 0))
+        num = struct.unpack("I", fcntl.ioctl(master.fd, TIOCGPTN, b"\0" * 4))[0]
+        path = f"/dev/pts/{num}"
+        # TIOCGPTPEER opens exactly our peer, immune to a /dev/pts path race.
+        slave = Fd(fcntl.ioctl(master.fd, TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC),
+                   f"pty slave {sid}")
+    except OSError as exc:
+        master.close()
+        raise PtyError(exc.errno, f"setting up pty for session {sid}: {exc.strerror}")
+    return master, slave, path
+
+
+def set_size(fd: int, cols: int, rows: int) -> None:
+    """Set the window size; the kernel sends SIGWINCH to the foreground group."""
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, _WINSZ.pack(rows, cols, 0, 0))
+
+
+def get_size(fd: int) -> tuple[int, int]:
+    """(cols, rows) of the pty."""
+    rows, cols, _, _ = _WINSZ.unpack(fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+    return cols, rows
+
+
+def write_some(fd: int, data: bytes) -> int:
+    """Write what the pty accepts now without blocking; returns the count written."""
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
+    except OSError as exc:
+        if exc.errno == errno.EIO:  # slave gone: the input has nowhere to go
+            return len(data)
+        raise
+
+
+def valid_size(cols: int, rows: int) -> bool:
+    """Whether a size is one a terminal can have."""
+    return 1 <= cols <= 10000 and 1 <= rows <= 10000

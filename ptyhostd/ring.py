@@ -1,0 +1,151 @@
+"""The backlog ring: a session's raw output, bounded in bytes, in a memfd.
+
+The memfd is parked in systemd's FD store, so the backlog outlives the host process.
+Bytes are read from the pty master *directly into* the shared mapping (``readv``), so
+the moment the kernel hands them over they are in memory that survives a ``kill -9``.
+
+Layout: a 4 KiB header page, then ``capacity`` bytes of ring.  ``head`` counts every
+byte ever written; byte ``i`` lives at ``DATA + i % capacity``.  The last ``guard``
+bytes of a full ring are scratch space for the next read, so what is held is
+``capacity - guard`` bytes.
+
+Crash safety of the one window that remains (killed after the read, before ``head`` is
+advanced): before each read the target region is zeroed and its exact length, taken
+from ``FIONREAD``, is recorded as ``pending`` at ``pending_at == head``.  On adoption a
+pending region that holds any non-zero byte was read (advance ``head``); an all-zero one
+was not (its bytes are still in the pty).  The only ambiguity left is a chunk made
+entirely of NUL bytes, which is then treated as unread and lost; terminals essentially
+never produce one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+import termios
+
+from .fd import Fd
+
+MAGIC = b"CLWRING1"
+_HEADER = struct.Struct("<8sQQQQ")  # magic, capacity, head, pending, pending_at
+DATA = 4096
+MAX_CHUNK = 64 * 1024  # the most one read takes from a pty
+_ZEROS = bytes(MAX_CHUNK)
+_OFF_HEAD = 16
+_OFF_PENDING = 24
+_Q = struct.Struct("<Q")
+_QQ = struct.Struct("<QQ")
+
+
+class RingError(Exception):
+    """A parked ring could not be adopted."""
+
+
+class Ring:
+    """The holder of one backlog memfd and its mapping."""
+
+    def __init__(self, fd: Fd, mm: mmap.mmap, capacity: int, head: int):
+        self.fd = fd
+        self._mm = mm
+        self._view = memoryview(mm)
+        self.capacity = capacity
+        self.head = head
+        # Each read zeroes up to ``guard`` bytes ahead of head, i.e. the oldest bytes of
+        # a full ring; they are never reported as held.
+        self.guard = min(MAX_CHUNK, capacity // 4)
+        self._inq = bytearray(4)
+
+    @classmethod
+    def create(cls, name: str, capacity: int) -> "Ring":
+        """A new, empty ring of ``capacity`` bytes."""
+        if capacity < 4096:
+            raise ValueError(f"backlog capacity {capacity} is below 4096 bytes")
+        fd = Fd(os.memfd_create(f"clowder-ring-{name}", os.MFD_CLOEXEC), f"ring {name}")
+        try:
+            os.ftruncate(fd.fd, DATA + capacity)
+            mm = mmap.mmap(fd.fd, DATA + capacity)
+        except BaseException:
+            fd.close()
+            raise
+        _HEADER.pack_into(mm, 0, MAGIC, capacity, 0, 0, 0)
+        return cls(fd, mm, capacity, 0)
+
+    @classmethod
+    def adopt(cls, raw_fd: int, name: str) -> "Ring":
+        """Take over a parked ring, finishing any read a crash interrupted."""
+        fd = Fd(raw_fd, f"ring {name}")
+        try:
+            size = os.fstat(raw_fd).st_size
+            if size < DATA + 4096:
+                raise RingError(f"ring {name}: memfd of {size} bytes is too small")
+            mm = mmap.mmap(raw_fd, size)
+        except OSError as exc:
+            fd.close()
+            raise RingError(f"ring {name}: cannot map: {exc}") from exc
+        magic, capacity, head, pending, pending_at = _HEADER.unpack_from(mm, 0)
+        if magic != MAGIC or DATA + capacity != size:
+            mm.close()
+            fd.close()
+            raise RingError(f"ring {name}: bad header (magic {magic!r}, capacity {capacity})")
+        ring = cls(fd, mm, capacity, head)
+        if pending and pending_at == head and pending <= ring.guard:
+            if any(v.tobytes().count(0) != len(v) for v in ring._region(head, pending)):
+                ring.head = head + pending
+            _QQ.pack_into(mm, _OFF_HEAD, ring.head, 0)
+        return ring
+
+    def _region(self, start: int, length: int) -> list:
+        """Views of the ring bytes [start, start+length), split where the ring wraps."""
+        pos = start % self.capacity
+        first = min(length, self.capacity - pos)
+        views = [self._view[DATA + pos:DATA + pos + first]]
+        if first < length:
+            views.append(self._view[DATA:DATA + length - first])
+        return views
+
+    def fill_from(self, fd: int) -> int:
+        """Read what the pty ``fd`` has into the ring; returns the byte count.
+
+        Raises what ``readv`` raises (BlockingIOError when nothing is there, EIO when the
+        slave side has gone away).
+        """
+        fcntl.ioctl(fd, termios.FIONREAD, self._inq)
+        want = int.from_bytes(self._inq, "little") or 1
+        want = min(want, self.guard)
+        head = self.head
+        views = self._region(head, want)
+        for v in views:
+            v[:] = _ZEROS[:len(v)]
+        _QQ.pack_into(self._mm, _OFF_PENDING, want, head)
+        # If readv raises, pending stays set over an all-zero region: adopt() reads that
+        # as "not read", which is the truth.
+        got = os.readv(fd, views)
+        # head first, then clear pending: a crash in between leaves pending_at != head,
+        # which adopt() ignores.
+        self.head = head + got
+        _Q.pack_into(self._mm, _OFF_HEAD, self.head)
+        _Q.pack_into(self._mm, _OFF_PENDING, 0)
+        return got
+
+    @property
+    def tail(self) -> int:
+        """The oldest absolute offset still held."""
+        return max(0, self.head - self.capacity + self.guard)
+
+    def read(self, start: int, end: int | None = None) -> bytes:
+        """The bytes at absolute offsets [start, end), clamped to what is held."""
+        end = self.head if end is None else min(end, self.head)
+        start = max(start, self.tail)
+        if start >= end:
+            return b""
+        return b"".join(bytes(v) for v in self._region(start, end - start))
+
+    def close(self) -> None:
+        """Unmap and close; idempotent."""
+        if self._mm is not None:
+            self._view.release()
+            self._mm.close()
+            self._mm = None
+        self.fd.close()

@@ -1,0 +1,229 @@
+"""A session: one program on one pty, run as its own systemd unit, and its backlog.
+
+States, each entered with a logged cause:
+  starting -> running -> exited      (the normal life)
+  starting -> (removed)              (the unit failed to start: the client gets the error)
+  running  -> lost                   (the host lost track of it, e.g. its pty vanished)
+The exit status is kept (in the manifest) until the session is removed.
+
+The byte path is ``on_readable``: the pty is read straight into the ring, then the same
+bytes are written to attached clients.  A client that cannot keep up is not written to
+until it drains; it then catches up from the ring (see ``Attachment``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import time
+from typing import Callable, Optional
+
+from . import protocol
+from .fd import Fd
+from .ring import Ring
+
+log = logging.getLogger("ptyhostd")
+
+UNIT_PREFIX = "clowder-session-"
+READS_PER_WAKE = 16  # bounds how long one flooding session holds the loop
+
+EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
+
+
+def unit_name(sid: str) -> str:
+    return f"{UNIT_PREFIX}{sid}.service"
+
+
+class Attachment:
+    """One client streaming a session; ``pos`` is the ring offset it has been sent up to."""
+
+    def __init__(self, conn, session: "Session", read_only: bool):
+        self.conn = conn
+        self.session = session
+        self.read_only = read_only
+        self.pos = session.ring.head
+        self.paused = False
+
+    def push(self, start: int, data: bytes) -> None:
+        """Live bytes at ring offset ``start``; sent only if the client is in step."""
+        if self.paused or self.pos != start:
+            return
+        self.conn.write_raw(protocol.encode_output(data))
+        self.pos = start + len(data)
+
+    def catch_up(self) -> None:
+        """Send what the ring holds past ``pos`` until the client's buffer is full again."""
+        ring = self.session.ring
+        if self.pos < ring.tail:
+            # The ring overwrote what this client had not yet seen: it resumes at the
+            # oldest byte held.  (A repaint from the screen model replaces this later.)
+            self.pos = ring.tail
+        while not self.paused and self.pos < ring.head:
+            chunk = ring.read(self.pos, min(ring.head, self.pos + protocol.MAX_DATA))
+            self.conn.write_raw(protocol.encode_output(chunk))
+            self.pos += len(chunk)
+
+
+class Session:
+    """The host's record of one session and the fds it owns (master, ring, pidfd)."""
+
+    def __init__(self, sid: str, *, name: str, argv: list, cwd: Optional[str], uid: int,
+                 cols: int, rows: int, created: float, ring: Ring,
+                 master: Optional[Fd] = None, state: str = "starting"):
+        self.id = sid
+        self.name = name
+        self.argv = argv
+        self.cwd = cwd
+        self.uid = uid
+        self.cols = cols
+        self.rows = rows
+        self.created = created
+        self.ring = ring
+        self.master = master
+        self.state = state
+        self.unit = unit_name(sid)
+        self.pid = 0
+        self.exit_status: Optional[str] = None  # exited / killed / dumped / lost
+        self.exit_code: Optional[int] = None
+        self.signal: Optional[int] = None
+        self.ended_at: Optional[float] = None
+        self.pidfd: Optional[Fd] = None
+        self.attachments: set[Attachment] = set()
+        self.waiters: list[asyncio.Future] = []
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    # --- records ------------------------------------------------------------------------
+
+    def to_record(self) -> dict:
+        """The manifest's entry for this session."""
+        return {
+            "id": self.id, "name": self.name, "argv": self.argv, "cwd": self.cwd,
+            "uid": self.uid, "cols": self.cols, "rows": self.rows, "created": self.created,
+            "state": self.state, "pid": self.pid, "exit_status": self.exit_status,
+            "exit_code": self.exit_code, "signal": self.signal, "ended_at": self.ended_at,
+        }
+
+    def info(self) -> dict:
+        """What clients are shown (the keys of protocol.SESSION_FIELDS)."""
+        return {
+            "id": self.id, "name": self.name, "pid": self.pid, "unit": self.unit,
+            "state": self.state, "exit_code": self.exit_code, "signal": self.signal,
+            "cols": self.cols, "rows": self.rows, "created": self.created, "uid": self.uid,
+            "cwd": self.cwd, "argv": self.argv,
+        }
+
+    def exited_message(self) -> protocol.Exited:
+        return protocol.Exited(session=self.id, status=self.exit_status or "lost",
+                               exit_code=self.exit_code, signal=self.signal)
+
+    def set_state(self, state: str, cause: str) -> None:
+        """Enter ``state``; every transition is logged with its cause."""
+        old, self.state = self.state, state
+        log.info("session %s: %s -> %s (%s)", self.id, old, state, cause,
+                 extra={"CLOWDER_SESSION": self.id, "CLOWDER_STATE": state,
+                        "CLOWDER_CAUSE": cause, "CLOWDER_UNIT": self.unit})
+
+    # --- the byte path ------------------------------------------------------------------
+
+    def start_reading(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.master is not None and self._loop is None:
+            loop.add_reader(self.master.fd, self.on_readable)
+            self._loop = loop
+
+    def stop_reading(self) -> None:
+        if self._loop is not None and self.master is not None:
+            self._loop.remove_reader(self.master.fd)
+        self._loop = None
+
+    def on_readable(self) -> None:
+        """Move what the pty has into the ring and out to attached clients."""
+        ring = self.ring
+        fd = self.master.fd
+        for _ in range(READS_PER_WAKE):
+            start = ring.head
+            try:
+                got = ring.fill_from(fd)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    log.error("session %s: reading its pty: %s", self.id, exc,
+                              extra={"CLOWDER_SESSION": self.id})
+                # EIO: no process has the slave open any more; nothing more will come
+                # (and the fd would stay readable forever).  The pidfd reports the end.
+                self.stop_reading()
+                return
+            if got == 0:
+                return
+            if self.attachments:
+                data = ring.read(start, start + got)
+                for att in self.attachments:
+                    att.push(start, data)
+
+    def drain(self, limit: int = 8 << 20) -> None:
+        """Read whatever the pty still holds (before the master is closed)."""
+        if self.master is None:
+            return
+        before = self.ring.head
+        while self.ring.head - before < limit:
+            start = self.ring.head
+            try:
+                got = self.ring.fill_from(self.master.fd)
+            except OSError:
+                break
+            if got == 0:
+                break
+            data = self.ring.read(start, start + got)
+            for att in self.attachments:
+                att.push(start, data)
+
+    # --- the end ------------------------------------------------------------------------
+
+    def record_exit(self, exec_code: int, exec_status: int, cause: str) -> None:
+        """Keep how the program ended."""
+        self.exit_status = EXIT_STATUS.get(exec_code, "lost")
+        if exec_code == 1:
+            self.exit_code = exec_status
+        elif exec_code in (2, 3):
+            self.signal = exec_status
+        self.ended_at = time.time()
+        self.pid = 0
+        self.set_state("exited" if self.exit_status != "lost" else "lost", cause)
+
+    def deliver_exit(self) -> None:
+        """Tell waiters and attached clients how the session ended."""
+        msg = self.exited_message()
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_result(msg)
+        self.waiters.clear()
+        for att in list(self.attachments):
+            att.conn.send(msg)
+            att.conn.close_after_flush()
+        self.attachments.clear()
+
+    def close_fds(self, loop: asyncio.AbstractEventLoop, keep_ring: bool = True) -> None:
+        """Close the master and pidfd (and the ring unless kept); idempotent."""
+        self.stop_reading()
+        if self.pidfd is not None:
+            loop.remove_reader(self.pidfd.fd)
+            self.pidfd.close()
+            self.pidfd = None
+        if self.master is not None:
+            self.master.close()
+            self.master = None
+        if not keep_ring:
+            self.ring.close()
+
+    def watch_pid(self, loop: asyncio.AbstractEventLoop, pid: int,
+                  on_exit: Callable[[], None]) -> bool:
+        """Call ``on_exit`` when process ``pid`` ends; False if it is already gone."""
+        self.pid = pid
+        try:
+            self.pidfd = Fd(os.pidfd_open(pid), f"pidfd {self.id}")
+        except ProcessLookupError:
+            return False
+        loop.add_reader(self.pidfd.fd, on_exit)
+        return True
