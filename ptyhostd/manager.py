@@ -21,6 +21,8 @@ _SYSTEMD = "org.freedesktop.systemd1"
 _MANAGER = DBusAddress("/org/freedesktop/systemd1", bus_name=_SYSTEMD,
                        interface=_SYSTEMD + ".Manager")
 _PROPS = "org.freedesktop.DBus.Properties"
+_PEER = DBusAddress("/org/freedesktop/systemd1", bus_name=_SYSTEMD,
+                    interface="org.freedesktop.DBus.Peer")
 
 # Exit codes systemd's own executor uses when it fails before the program runs
 # (systemd.exec(5), "PROCESS EXIT CODES").
@@ -103,7 +105,22 @@ class Manager:
             raise ManagerError(f"cannot reach the service manager at {path}: {exc}") from exc
         conn = DBusConnection(reader, writer)
         self = cls(DBusRouter(conn), conn)
-        await self._call(_MANAGER, "Subscribe")
+        # Measured on systemd 252: a message that arrives in the same read as the
+        # client's BEGIN stays unprocessed in systemd's buffer until more bytes arrive
+        # (79 of 100 fresh connections stalled in one run; never once poked).  So the
+        # first call is followed, while it has no answer, by harmless Peer.Ping pokes.
+        first = asyncio.ensure_future(self._router.send_and_get_reply(
+            new_method_call(_MANAGER, "Subscribe")))
+        for _ in range(200):
+            done, _pending = await asyncio.wait({first}, timeout=0.02)
+            if done:
+                break
+            await self._router.send(new_method_call(_PEER, "Ping"))
+        else:
+            first.cancel()
+            raise ManagerError(f"the service manager at {path} does not answer")
+        if first.result().header.message_type == MessageType.error:
+            raise ManagerError(f"Subscribe refused: {first.result().body}")
         return self
 
     async def close(self) -> None:

@@ -9,14 +9,18 @@ and every write inside vanishes at stop. Recipe: /work/shared/notes/systemd.md, 
 
     sysinstance.py run [--name N] [--timeout S] [--cwd DIR] [--env K=V]... -- CMD ARGS...
         boot, run CMD inside as root, power off, clean up; exit with CMD's exit code
-        (125 when the instance itself failed, 130 on Ctrl-C).
+        (128+N if CMD died of signal N; 125 if the instance itself failed)
     sysinstance.py start [--name N] [--timeout S]   boot and leave running; print pid, state dir
     sysinstance.py exec --name N [--cwd DIR] [--env K=V]... -- CMD...   run CMD in it
     sysinstance.py stop --name N                    power off and clean up (also stale state)
 
---timeout is the boot deadline (default 30 s). State of an instance lives in
-/run/clowder-sysinstance/NAME/ (pid, console.log, launcher.err), its cgroup in
-/sys/fs/cgroup/unified/clowder-sysinstance-NAME/.
+--timeout is the boot deadline (default 30 s). CMD runs through `nsenter -a` in the
+instance's namespaces (not in a unit), with stdio passed through, cwd defaulting to the
+caller's (it must exist inside) and only PATH, HOME, TERM, LANG and --env set. Ctrl-C
+during boot aborts and cleans up; while CMD runs it goes to CMD, as in a shell. State of
+an instance lives in /run/clowder-sysinstance/NAME/ (pid, console.log, launcher.err), its
+cgroup in /sys/fs/cgroup/unified/clowder-sysinstance-NAME/. A `run` killed with SIGKILL
+leaves its instance behind: `stop --name` it (names are listed in the state directory).
 
 From Python (pytest):
 
@@ -35,6 +39,7 @@ import os
 import re
 import secrets
 import select
+import shlex
 import signal
 import stat
 import subprocess
@@ -123,10 +128,9 @@ def sh(*argv: str) -> None:
     subprocess.run(argv, check=True)
 
 
-def mount(fstype: str, target: Path, options: str = "", source: str | None = None) -> None:
-    """Mount a filesystem of fstype on target."""
-    opts = ["-o", options] if options else []
-    sh("mount", "-t", fstype, *opts, source or fstype, str(target))
+def mount(fstype: str, target: Path, options: str) -> None:
+    """Mount a new filesystem of fstype on target."""
+    sh("mount", "-t", fstype, "-o", options, fstype, str(target))
 
 
 def make_dev(dev: Path, console: str) -> None:
@@ -153,7 +157,7 @@ def prepare_etc(root: Path, name: str) -> None:
     (etc / "hostname").write_text(name + "\n")
     units = etc / "systemd" / "system"
     present = [u for u in MASKED_IF_PRESENT
-               if any((root / d / u).exists() for d in ("lib/systemd/system", "etc/systemd/system"))]
+               if (root / "lib/systemd/system" / u).exists() or (units / u).exists()]
     for unit in (*MASKED, *present):
         link = units / unit
         if link.is_symlink() or link.exists():
@@ -234,6 +238,27 @@ def sane_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def kill_entered(proc: subprocess.Popen) -> None:
+    """Kill what an nsenter started inside an instance, so that nsenter reaps it and exits."""
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text()
+        pids = [int(pid) for pid in children.split()]
+    except FileNotFoundError:
+        pids = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if not pids:
+        proc.kill()  # nothing entered (yet, or any more): nothing can be orphaned
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Instance:
     """A private systemd system instance: start(), exec(), stop(); also a context manager."""
 
@@ -258,7 +283,8 @@ class Instance:
         try:
             return int((self.state / "pid").read_text())
         except FileNotFoundError:
-            raise InstanceError(f"instance {self.name} is not running (no {self.state}/pid)") from None
+            raise InstanceError(
+                f"instance {self.name} is not running (no {self.state}/pid)") from None
 
     def start(self) -> Instance:
         """Boot the instance and wait until systemd reports running or degraded."""
@@ -287,10 +313,11 @@ class Instance:
         unshare = ["unshare", "--mount", "--propagation", "private", "--pid", "--fork",
                    "--kill-child", "--uts", "--ipc", "--net", "--cgroup", *stage]
         # script gives systemd a real tty for /dev/console and records it in console.log.
-        script = ["script", "-qfec", subprocess.list2cmdline(unshare), str(self.state / "console.log")]
+        script = ["script", "-qfec", shlex.join(unshare), str(self.state / "console.log")]
         # The shell joins the cgroup before exec so every later process starts inside it,
         # and the cgroup namespace made by unshare is rooted there.
-        wrapper = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup / "cgroup.procs"), *script]
+        wrapper = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup / "cgroup.procs"),
+                   *script]
         with open(self.state / "launcher.err", "wb") as err:
             # A new session, and no pipe of the caller held open, so `start` can detach.
             self._launcher = subprocess.Popen(
@@ -308,9 +335,12 @@ class Instance:
                     f"{self._launcher.returncode} before systemd finished booting "
                     f"(last state: {state})"))
             if (self.state / "pid").exists():
-                r = self.exec(["systemctl", "is-system-running"], cwd="/", capture_output=True,
-                              text=True)
-                state = r.stdout.strip() or r.stderr.strip() or f"exit {r.returncode}"
+                try:
+                    r = self.exec(["systemctl", "is-system-running"], cwd="/",
+                                  capture_output=True, text=True)
+                    state = r.stdout.strip() or r.stderr.strip() or f"exit {r.returncode}"
+                except InstanceError as exc:  # PID 1 just died: the launcher follows
+                    state = str(exc)
                 if state in ("running", "degraded"):
                     return
                 if state in ("maintenance", "stopping"):
@@ -325,13 +355,14 @@ class Instance:
     def _diagnose(self, message: str) -> str:
         """Append the console tail, launcher errors and failed units to message."""
         parts = [message]
-        for fname, label in (("console.log", "console (last 40 lines)"), ("launcher.err", "launcher stderr")):
+        for fname, label in (("console.log", "console (last 40 lines)"),
+                             ("launcher.err", "launcher stderr")):
             try:
-                text = strip_ansi((self.state / fname).read_text(errors="replace")).strip()
+                text = strip_ansi((self.state / fname).read_bytes().decode(errors="replace"))
             except FileNotFoundError:
                 continue
-            if text:
-                parts.append(f"--- {label} ---\n" + "\n".join(text.splitlines()[-40:]))
+            if text.strip():
+                parts.append(f"--- {label} ---\n" + "\n".join(text.strip().splitlines()[-40:]))
         if (self.state / "pid").exists() and self._launcher.poll() is None:
             try:
                 r = self.exec(["systemctl", "--failed", "--no-pager", "--no-legend"], cwd="/",
@@ -342,47 +373,70 @@ class Instance:
         return "\n".join(parts)
 
     def exec(self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
-             **kwargs) -> subprocess.CompletedProcess:
-        """Run argv as root inside the instance (cwd defaults to ours) and return its result."""
-        wrapped = ["nsenter", "-t", str(self.pid), "-a", "-r", "-w", "--",
-                   "env", f"--chdir={cwd or os.getcwd()}", "--", *argv]
-        return subprocess.run(wrapped, env=sane_env(env), **kwargs)
+             input=None, capture_output: bool = False, timeout: float | None = None,
+             check: bool = False, **popen_kwargs) -> subprocess.CompletedProcess:
+        """Run argv as root inside the instance, like subprocess.run; cwd defaults to ours."""
+        # nsenter must outlive argv: dead first, it would orphan argv to a reaper outside the
+        # instance's pid namespace, and an unreaped zombie in there stalls poweroff for 10 s.
+        # So nsenter ignores the usual deadly signals and env restores them for argv.
+        pid = self.pid
+        if not self._owns(pid):  # else nsenter could enter a host process that reused the pid
+            raise InstanceError(f"instance {self.name} is not running (pid {pid} is not its PID 1)")
+        wrapped = ["sh", "-c", 'trap "" INT QUIT TERM HUP; exec "$@"', "sh",
+                   "nsenter", "-t", str(pid), "-a", "-r", "-w", "--",
+                   "env", "--default-signal=INT,QUIT,TERM,HUP", f"--chdir={cwd or os.getcwd()}",
+                   "--", *argv]
+        if capture_output:
+            popen_kwargs["stdout"] = popen_kwargs["stderr"] = subprocess.PIPE
+        if input is not None:
+            popen_kwargs["stdin"] = subprocess.PIPE
+        with subprocess.Popen(wrapped, env=sane_env(env), **popen_kwargs) as proc:
+            try:
+                out, err = proc.communicate(input, timeout)
+            except BaseException:  # a timeout, Ctrl-C or SIGTERM of ours
+                kill_entered(proc)
+                raise
+        result = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        if check:
+            result.check_returncode()
+        return result
 
     def stop(self, timeout: float = 15.0) -> None:
         """Power the instance off (SIGKILL after timeout), then remove its cgroup and state."""
         # Ctrl-C must not leave half a cleanup behind: signals wait until we are done.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK,
+                                         {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
         try:
-            self._poweroff(timeout)
-            self._empty_cgroup()
+            # With no PID 1 to power off (not booted yet, or gone), kill the cgroup at once.
+            self._empty_cgroup(patience=3 if self._poweroff(timeout) else 0)
             if self._launcher is not None:
                 self._launcher.wait()
             self._remove_state()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
-    def _poweroff(self, timeout: float) -> None:
-        """Ask PID 1 to power off and wait for it; SIGKILL it if it does not go in time."""
+    def _poweroff(self, timeout: float) -> bool:
+        """Power PID 1 off (SIGKILL after timeout); tell whether there was one to stop."""
         try:
             pid = self.pid
             pidfd = os.pidfd_open(pid)
         except (InstanceError, ProcessLookupError, ValueError):
-            return
+            return False
         try:
             if not self._owns(pid):
-                return  # a stale pid file whose number now belongs to someone else
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                return False  # a stale pid file whose number now belongs to someone else
             # Before systemd has exec'd, PID 1 of the namespace ignores everything but SIGKILL.
-            if comm == "systemd":
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
                 signal.pidfd_send_signal(pidfd, signal.SIGRTMIN + 4)
                 if select.select([pidfd], [], [], timeout)[0]:
-                    return
-                print(f"sysinstance: {self.name} did not power off within {timeout:g} s; killing it",
-                      file=sys.stderr)
+                    return True
+                print(f"sysinstance: {self.name} did not power off within {timeout:g} s; "
+                      "killing it", file=sys.stderr)
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             select.select([pidfd], [], [], 5)
-        except ProcessLookupError:
-            pass
+            return True
+        except (ProcessLookupError, FileNotFoundError):
+            return True
         finally:
             os.close(pidfd)
 
@@ -393,10 +447,10 @@ class Instance:
             cgroups = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
         except FileNotFoundError:
             return False
-        nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        nspid = next((line.split()[1:] for line in status.splitlines()
+                      if line.startswith("NSpid:")), [])
         ours = "/" + str(self.cgroup.relative_to(cgroup2_mount()))
-        in_cgroup = any(line.startswith("0::") and (line[3:] == ours or line[3:].startswith(ours + "/"))
-                        for line in cgroups)
+        in_cgroup = any(line == f"0::{ours}" or line.startswith(f"0::{ours}/") for line in cgroups)
         return nspid[-1:] == ["1"] and in_cgroup
 
     def _wait_cgroup_empty(self, timeout: float) -> bool:
@@ -408,13 +462,13 @@ class Instance:
             time.sleep(0.01)
         return True
 
-    def _empty_cgroup(self) -> None:
-        """Kill whatever is left in the instance's cgroup and remove its directories."""
+    def _empty_cgroup(self, patience: float) -> None:
+        """Kill what is left in the instance's cgroup after patience s; remove its directories."""
         if not self.cgroup.is_dir():
             return
         # script and unshare exit by themselves once PID 1 is gone; killing them at once
         # would orphan unshare before script reaps it.
-        if not self._wait_cgroup_empty(3):
+        if not self._wait_cgroup_empty(patience):
             (self.cgroup / "cgroup.kill").write_text("1")  # only processes we started live here
             if not self._wait_cgroup_empty(5):
                 raise InstanceError(f"processes remain in {self.cgroup} after cgroup.kill")
@@ -447,6 +501,23 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 def exit_code(returncode: int) -> int:
     """Map a subprocess return code to a shell-style exit code."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def run_foreground(inst: Instance, argv: list[str], cwd: str | None, env: dict[str, str]) -> int:
+    """Run argv in inst, leaving Ctrl-C and Ctrl-\\ to argv as a shell does for its job."""
+    seen: list[int] = []
+    keys = (signal.SIGINT, signal.SIGQUIT)
+    previous = {signum: signal.signal(signum, lambda signum, _frame: seen.append(signum))
+                for signum in keys}
+    try:
+        returncode = inst.exec(argv, cwd=cwd, env=env).returncode
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    # nsenter ignores these signals, so when argv dies of one it can only report 1.
+    if returncode == 1 and seen:
+        return 128 + seen[-1]
+    return exit_code(returncode)
 
 
 def raise_exit(signum: int, _frame) -> None:
@@ -490,11 +561,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise InstanceError(f"no instance named {args.name}")
             inst.stop()
             return 0
-        env, cmd = parse_env(args.env), args.cmd
+        env = parse_env(args.env)
         if args.command == "exec":
-            return exit_code(Instance(args.name).exec(cmd, cwd=args.cwd, env=env).returncode)
+            return run_foreground(Instance(args.name), args.cmd, args.cwd, env)
         with Instance(args.name, boot_timeout=args.timeout) as inst:
-            return exit_code(inst.exec(cmd, cwd=args.cwd, env=env).returncode)
+            return run_foreground(inst, args.cmd, args.cwd, env)
     except InstanceError as exc:
         print(f"sysinstance: {exc}", file=sys.stderr)
         return 125

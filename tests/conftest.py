@@ -1,0 +1,201 @@
+"""Fixtures that drive real daemons under a real systemd.
+
+The acceptance tests run inside a private systemd system instance (booted by
+``tools/sysinstance.py``, see the README's test command), as root.  The ``host``
+fixture installs the units for one scope, starts the socket, and hands the test an
+``Env`` that speaks to that host; at the end it stops both units and checks that no
+session unit or process is left.  Parametrised over the system and user scopes, the
+same tests run against both kinds of units.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = sys.executable
+TEST_USER = "clowdertest"
+
+
+def under_systemd() -> bool:
+    return os.path.isdir("/run/systemd/system") and \
+        open("/proc/1/comm").read().strip() == "systemd"
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.01):
+    """Poll ``predicate`` until it returns a truthy value; fail saying ``what`` did not happen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for: {what}")
+        time.sleep(interval)
+
+
+def ensure_user(name: str, uid: int, groups: str = "") -> int:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        cmd = ["useradd", "-m", "-u", str(uid), "-s", "/bin/sh"]
+        if groups:
+            cmd += ["-G", groups]
+        subprocess.run(cmd + [name], check=True)
+        return uid
+
+
+class Env:
+    """One installed host (system or user scope) and the ways to drive it."""
+
+    def __init__(self, scope: str):
+        self.scope = scope
+        self.drop_ins: list[str] = []
+        if scope == "system":
+            self.run_user = None
+            self.uid = 0
+            self.socket = "/run/clowder/ptyhost.sock"
+            self.env = dict(os.environ)
+        else:
+            self.uid = ensure_user(TEST_USER, 1500)
+            self.run_user = TEST_USER
+            runtime = f"/run/user/{self.uid}"
+            subprocess.run(["systemctl", "start", f"user@{self.uid}.service"], check=True)
+            wait_for(lambda: os.path.exists(f"{runtime}/systemd/private"), 20,
+                     f"the user manager of uid {self.uid} to listen")
+            self.socket = f"{runtime}/clowder/ptyhost.sock"
+            home = pwd.getpwnam(TEST_USER).pw_dir
+            self.env = {"PATH": os.environ["PATH"], "HOME": home, "USER": TEST_USER,
+                        "XDG_RUNTIME_DIR": runtime, "LANG": "C.UTF-8"}
+
+    # --- running things ------------------------------------------------------------------
+
+    def _as(self, argv: list[str], user: str | None = None) -> list[str]:
+        user = user or self.run_user
+        return ["runuser", "-u", user, "--"] + argv if user else argv
+
+    def run(self, argv, check=True, user=None, env=None, **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("capture_output", True)
+        proc = subprocess.run(self._as(argv, user), env=env or self.env, cwd=kw.pop("cwd", "/"),
+                              **kw)
+        if check and proc.returncode != 0:
+            pytest.fail(f"{' '.join(argv)} exited {proc.returncode}: "
+                        f"{proc.stderr.decode(errors='replace') if proc.stderr else ''}")
+        return proc
+
+    def ctl(self, *args, check=True, user=None, **kw) -> subprocess.CompletedProcess:
+        """Run clowderctl (as the scope's user, or ``user``) against this host."""
+        env = dict(self.env)
+        if user:
+            env.update(HOME=pwd.getpwnam(user).pw_dir, USER=user)
+        return self.run([PYTHON, "-m", "ctl", "--socket", self.socket, *args], check=check,
+                        user=user, env=env, **kw)
+
+    def systemctl(self, *args, check=True) -> subprocess.CompletedProcess:
+        scope = ["--user"] if self.scope == "user" else []
+        return self.run(["systemctl", *scope, *args], check=check)
+
+    def show(self, unit: str, *props) -> dict:
+        out = self.systemctl("show", unit, *[f"-p{p}" for p in props]).stdout.decode()
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    # --- the host ------------------------------------------------------------------------
+
+    def install(self) -> None:
+        self.run([PYTHON, "-m", "ctl", "install-units", f"--{self.scope}",
+                  "--exec-start", f"{PYTHON} -m ptyhostd"])
+
+    def main_pid(self) -> int:
+        return int(self.show("clowder-ptyhost.service", "MainPID")["MainPID"])
+
+    def wait_ready(self, old_pid: int = 0, timeout: float = 20) -> int:
+        """Wait until the host is active with a main PID other than ``old_pid``."""
+        def ready():
+            p = self.show("clowder-ptyhost.service", "ActiveState", "SubState", "MainPID")
+            pid = int(p["MainPID"])
+            return pid if p["ActiveState"] == "active" and pid and pid != old_pid else 0
+        return wait_for(ready, timeout, f"clowder-ptyhost ({self.scope}) to be ready again "
+                        f"with a new main PID (old {old_pid})")
+
+    def restart(self) -> int:
+        old = self.main_pid()
+        self.systemctl("restart", "clowder-ptyhost.service")
+        return self.wait_ready(old)
+
+    def kill9(self, wait: bool = True) -> int:
+        old = self.main_pid()
+        assert old, "the host is not running"
+        os.kill(old, 9)
+        return self.wait_ready(old) if wait else 0
+
+    def start(self) -> int:
+        """Start the host (as a connection would) and return its main PID."""
+        self.ctl("ps")
+        return self.wait_ready()
+
+    def session_units(self) -> list[str]:
+        out = self.systemctl("list-units", "--all", "--plain", "--no-legend",
+                             "clowder-session-*").stdout.decode()
+        return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+    def ps(self, user=None) -> dict:
+        return {s["id"]: s for s in json.loads(self.ctl("ps", "--json", user=user).stdout)}
+
+    def spawn(self, *argv, user=None, **opts) -> str:
+        extra = []
+        for k, v in opts.items():
+            extra += [f"--{k}", v]
+        return self.ctl("spawn", *extra, "--", *argv, user=user).stdout.decode().strip()
+
+    def backlog(self, sid: str, user=None) -> bytes:
+        return self.ctl("backlog", sid, user=user).stdout
+
+    def drop_in(self, body: str) -> None:
+        """Add a drop-in to the host's service and reload (a reload keeps the FD store)."""
+        base = "/run/systemd/system" if self.scope == "system" \
+            else f"/run/user/{self.uid}/systemd/user"
+        path = f"{base}/clowder-ptyhost.service.d/test.conf"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(body)
+        os.chmod(path, 0o644)
+        self.drop_ins.append(path)
+        self.systemctl("daemon-reload")
+
+    def remove_drop_ins(self) -> None:
+        for path in self.drop_ins:
+            os.unlink(path)
+        if self.drop_ins:
+            self.systemctl("daemon-reload")
+        self.drop_ins.clear()
+
+    def stop_all(self) -> None:
+        self.systemctl("stop", "clowder-ptyhost.service", "clowder-ptyhost.socket",
+                       check=False)
+
+
+@pytest.fixture(scope="session")
+def systemd_required():
+    if not under_systemd():
+        pytest.fail("these tests need a real systemd as PID 1: run them through the "
+                    "README's test command (make test), which boots a private instance")
+
+
+@pytest.fixture(params=["system", "user"])
+def host(request, systemd_required):
+    env = Env(request.param)
+    env.stop_all()
+    env.install()
+    env.start()
+    yield env
+    env.stop_all()
+    env.remove_drop_ins()
+    left = env.session_units()
+    assert not left, f"session units left behind after stop: {left}"

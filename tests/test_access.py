@@ -1,0 +1,72 @@
+"""Who may do what (issue 2, acceptance 8): with system units a non-root user's
+session runs as that user, and another non-root user can neither list, attach to,
+send to nor kill it."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+
+import pytest
+
+from conftest import Env, ensure_user, wait_for
+
+
+@pytest.fixture
+def system_host(systemd_required):
+    env = Env("system")
+    env.stop_all()
+    env.install()
+    subprocess.run(["getent", "group", "clowder"], check=True, capture_output=True)
+    ensure_user("alice", 2001, "clowder")
+    ensure_user("bob", 2002, "clowder")
+    ensure_user("mallory", 2003)  # not in the clowder group
+    env.start()
+    yield env
+    env.stop_all()
+    assert env.session_units() == []
+
+
+def test_session_runs_as_its_client(system_host):
+    h = system_host
+    sid = h.spawn("sh", "-c", "id -un; id -u; exec sleep 100000", user="alice",
+                  cwd="/home/alice")
+    wait_for(lambda: b"2001" in h.backlog(sid, user="alice"), 10,
+             "alice's session to print its uid")
+    out = h.backlog(sid, user="alice")
+    assert b"alice" in out
+    info = h.ps(user="alice")[sid]
+    assert info["uid"] == 2001
+    assert os.stat(f"/proc/{info['pid']}").st_uid == 2001
+    props = h.show(info["unit"], "User")
+    assert props["User"] == "2001"
+
+
+def test_other_user_cannot_touch_it(system_host):
+    h = system_host
+    sid = h.spawn("sleep", "100000", user="alice", cwd="/home/alice", name="secret")
+    assert sid not in h.ps(user="bob")
+    for args in (["send", sid, "x"], ["backlog", sid], ["kill", sid], ["wait", sid],
+                 ["attach", "--read-only", sid], ["send", "secret", "x"], ["rm", sid]):
+        proc = h.ctl(*args, user="bob", check=False, stdin=subprocess.DEVNULL)
+        assert proc.returncode != 0, f"bob could run {args}"
+        assert b"no such session" in proc.stderr, proc.stderr
+    # Only root may start a session as someone else.
+    proc = h.ctl("spawn", "--user", "alice", "--", "true", user="bob", check=False)
+    assert proc.returncode != 0 and b"only root" in proc.stderr
+    # The socket is not world-writable: a user outside the group cannot even connect.
+    mode = os.stat(h.socket).st_mode & 0o777
+    assert mode & 0o002 == 0, oct(mode)
+    proc = h.ctl("ps", user="mallory", check=False)
+    assert proc.returncode != 0 and b"permission denied" in proc.stderr.lower()
+    # Root sees everything, and alice's session is untouched.
+    assert h.ps()[sid]["state"] == "running"
+    assert h.ps(user="alice")[sid]["state"] == "running"
+
+
+def test_root_may_spawn_as_another_user(system_host):
+    h = system_host
+    sid = h.spawn("sh", "-c", "id -un; exec sleep 100000", user=None, **{"user": "bob"})
+    wait_for(lambda: b"bob" in h.backlog(sid), 10, "the session to print its user")
+    assert sid in h.ps(user="bob")

@@ -1,0 +1,161 @@
+"""Issue 2's acceptance tests: sessions survive every restart of their host.
+
+Each test runs twice, against the system units and against the user units (the
+``host`` fixture), under a real systemd.  Nothing here mocks systemd, the pty or the
+journal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import PYTHON, wait_for
+
+# A program that prints a numbered line every millisecond until told to stop.
+COUNTER = ("import sys, time\n"
+           "i = 0\n"
+           "while True:\n"
+           "    i += 1\n"
+           "    sys.stdout.write(f'n{i}\\n'); sys.stdout.flush()\n"
+           "    time.sleep(0.001)\n")
+
+
+def test_restart_keeps_100_sessions(host):
+    ids = [host.spawn("sh", "-c", f"echo hello-{i}; exec sleep 100000", name=f"s{i}")
+           for i in range(100)]
+    wait_for(lambda: all(b"hello-" in host.backlog(sid) for sid in ids[-3:]), 20,
+             "the last sessions to print their greeting")
+    before = host.ps()
+    backlogs = {sid: host.backlog(sid) for sid in ids}
+    for i, sid in enumerate(ids):
+        assert before[sid]["state"] == "running" and before[sid]["pid"] > 0
+        assert f"hello-{i}".encode() in backlogs[sid]
+    host.restart()
+    after = host.ps()
+    for sid in ids:
+        assert after[sid]["pid"] == before[sid]["pid"], f"{sid} changed pid"
+        assert after[sid]["unit"] == before[sid]["unit"]
+        assert after[sid]["state"] == "running"
+        assert host.backlog(sid) == backlogs[sid], f"{sid}: backlog changed"
+    # The programs themselves were never touched: each unit kept its process.
+    for sid in ids[:5]:
+        props = host.show(after[sid]["unit"], "MainPID", "ActiveState")
+        assert int(props["MainPID"]) == before[sid]["pid"] and props["ActiveState"] == "active"
+
+
+def test_no_gap_no_duplicate_across_20_restarts(host):
+    sid = host.spawn(PYTHON, "-c", COUNTER, name="counter")
+    pid = host.ps()[sid]["pid"]
+    for i in range(20):
+        if i % 2:
+            host.kill9()
+        else:
+            host.restart()
+        # Let output flow between restarts, so every restart cuts through live output.
+        mark = host.backlog(sid).count(b"\n")
+        wait_for(lambda: host.backlog(sid).count(b"\n") > mark + 20, 10,
+                 f"output to flow again after restart {i + 1}")
+    host.ctl("kill", sid, "--signal", "KILL")
+    host.ctl("wait", sid, check=False)
+    data = host.backlog(sid).decode()
+    numbers = [int(n) for n in re.findall(r"n(\d+)\r\n", data)]
+    assert numbers[0] == 1 and len(numbers) > 500
+    assert numbers == list(range(1, len(numbers) + 1)), "a gap or a duplicate in the output"
+    assert host.ps()[sid]["signal"] == 9 and host.ps()[sid]["pid"] in (0, pid)
+
+
+@pytest.mark.parametrize("how", ["exit 7", "signal"])
+def test_exit_while_host_is_down(host, how):
+    host.drop_in("[Service]\nRestartSec=3\n")
+    fifo = f"/tmp/go-{host.scope}-{how.replace(' ', '')}"
+    if os.path.exists(fifo):
+        os.unlink(fifo)
+    os.mkfifo(fifo, 0o666)
+    os.chmod(fifo, 0o666)
+    cmd = f"read x < {fifo}; exit 7" if how == "exit 7" else f"read x < {fifo}; kill -9 $$"
+    sid = host.spawn("sh", "-c", cmd)
+    unit = host.ps()[sid]["unit"]
+    old = host.main_pid()
+    os.kill(old, 9)
+    wait_for(lambda: host.show("clowder-ptyhost.service", "SubState")["SubState"]
+             == "auto-restart", 5, "the host to be down, waiting to restart")
+    with open(fifo, "w") as f:
+        f.write("go\n")
+    wait_for(lambda: host.show(unit, "ExecMainCode")["ExecMainCode"] != "0", 5,
+             "the session's program to end while the host is down")
+    assert host.show("clowder-ptyhost.service", "MainPID")["MainPID"] == "0", \
+        "the host came back before the program ended: the test proves nothing"
+    host.wait_ready(old)
+    info = host.ps()[sid]
+    assert info["state"] == "exited"
+    wait = host.ctl("wait", sid, check=False)
+    if how == "exit 7":
+        assert info["exit_code"] == 7 and info["signal"] is None
+        assert wait.returncode == 7 and wait.stdout.strip() == b"7"
+    else:
+        assert info["signal"] == 9 and info["exit_code"] is None
+        assert wait.returncode == 128 + 9 and wait.stdout.strip() == b"signal 9"
+    wait_for(lambda: unit not in host.session_units(), 10,
+             f"{unit} to be cleaned up once its exit was recorded")
+
+
+def test_live_exit_and_signal(host):
+    sid = host.spawn("sh", "-c", "exit 3")
+    assert host.ctl("wait", sid, check=False).returncode == 3
+    sid2 = host.spawn("sleep", "100000")
+    host.ctl("kill", sid2, "--signal", "USR1")
+    proc = host.ctl("wait", sid2, check=False)
+    assert proc.stdout.strip() == b"signal 10" and proc.returncode == 138
+    assert host.ps()[sid2]["signal"] == 10
+
+
+def test_client_served_after_host_comes_back(host):
+    sid = host.spawn("sleep", "100000")
+    host.drop_in("[Service]\nRestartSec=2\n")
+    old = host.main_pid()
+    os.kill(old, 9)
+    wait_for(lambda: host.show("clowder-ptyhost.service", "SubState")["SubState"]
+             == "auto-restart", 5, "the host to be down")
+    missing = []
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            if not os.path.exists(host.socket):
+                missing.append(time.monotonic())
+            stop.wait(0.002)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        proc = host.ctl("ps", "--json")  # connects while the host is down
+        assert host.show("clowder-ptyhost.service", "MainPID")["MainPID"] != str(old)
+    finally:
+        stop.set()
+        sampler.join()
+    assert sid.encode() in proc.stdout
+    assert not missing, "the socket file disappeared while the host was down"
+
+
+def test_stop_ends_every_session(host):
+    marks = []
+    for i in range(3):
+        mark = f"/tmp/hup-{host.scope}-{i}"
+        if os.path.exists(mark):
+            os.unlink(mark)
+        marks.append(mark)
+        host.spawn("sh", "-c", f"trap 'echo hup > {mark}; exit 0' HUP; "
+                   "while :; do sleep 0.05; done")
+    pids = [s["pid"] for s in host.ps().values()]
+    host.stop_all()
+    for mark in marks:
+        wait_for(lambda: os.path.exists(mark), 10, f"{mark}: the program to get SIGHUP")
+    assert host.session_units() == []
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}"), f"process {pid} outlived the stop"
+    assert host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"] == "inactive"
