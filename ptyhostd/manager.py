@@ -179,7 +179,9 @@ class Manager:
         props = [
             ("Description", ("s", description)),
             ("Type", ("s", "exec")),
-            ("ExecStart", ("a(sasb)", [(argv[0], argv, False)])),
+            # systemd substitutes $VAR in ExecStart even over D-Bus: "$$" keeps a "$".
+            ("ExecStart", ("a(sasb)", [(argv[0], [a.replace("$", "$$") for a in argv],
+                                        False)])),
             ("TTYPath", ("s", tty)),
             ("StandardInput", ("s", "tty")),
             ("StandardOutput", ("s", "tty")),

@@ -190,7 +190,9 @@ class Session:
             self.signal = exec_status
         self.ended_at = time.time()
         self.pid = 0
-        self.set_state("exited" if self.exit_status != "lost" else "lost", cause)
+        how = (f"exit {self.exit_code}" if self.exit_code is not None else
+               f"signal {self.signal}" if self.signal is not None else "status unknown")
+        self.set_state("exited" if self.exit_status != "lost" else "lost", f"{cause}: {how}")
 
     def deliver_exit(self) -> None:
         """Tell waiters and attached clients how the session ended."""

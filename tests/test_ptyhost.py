@@ -159,3 +159,26 @@ def test_stop_ends_every_session(host):
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}"), f"process {pid} outlived the stop"
     assert host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"] == "inactive"
+
+
+def test_argv_env_cwd_and_size_are_honoured(host):
+    """The command reaches the program verbatim ($ and % are not systemd's to expand)."""
+    sid = host.spawn("sh", "-c", 'x=1; echo "v=$x 100%n"; pwd; echo "E=$CLOWDER_T"; '
+                     "stty size; exec sleep 100000", cwd="/usr", env="CLOWDER_T=yes",
+                     size="100x30")
+    wait_for(lambda: b"30 100" in host.backlog(sid), 10, "the program's output")
+    out = host.backlog(sid)
+    assert b"v=1 100%n" in out and b"\n/usr\r" in out.replace(b"\r\n", b"\r\n\n") \
+        and b"E=yes" in out, out
+    info = host.ps()[sid]
+    assert (info["cols"], info["rows"]) == (100, 30) and info["cwd"] == "/usr"
+
+
+def test_bad_spawns_are_refused_clearly(host):
+    proc = host.ctl("spawn", "--", "/nonexistent/prog", check=False)
+    assert proc.returncode != 0 and b"cannot" in proc.stderr, proc.stderr
+    proc = host.ctl("spawn", "--cwd", "/nonexistent", "--", "true", check=False)
+    assert proc.returncode != 0 and b"directory" in proc.stderr, proc.stderr
+    proc = host.ctl("spawn", "--size", "0x0", "--", "true", check=False)
+    assert proc.returncode == 2 and b"invalid size" in proc.stderr
+    assert host.session_units() == [] and host.ps() == {}
