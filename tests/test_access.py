@@ -67,6 +67,7 @@ def test_other_user_cannot_touch_it(system_host):
 
 def test_root_may_spawn_as_another_user(system_host):
     h = system_host
-    sid = h.spawn("sh", "-c", "id -un; exec sleep 100000", user=None, **{"user": "bob"})
+    sid = h.ctl("spawn", "--user", "bob", "--cwd", "/", "--", "sh", "-c",
+                "id -un; exec sleep 100000").stdout.decode().strip()
     wait_for(lambda: b"bob" in h.backlog(sid), 10, "the session to print its user")
     assert sid in h.ps(user="bob")
