@@ -1,0 +1,60 @@
+# clowder: set-up, tests and demo.  Everything runs as root on a machine where systemd
+# may or may not be PID 1: where it is not (a container, CI), a private systemd instance
+# is booted over an overlay of / (tools/sysinstance.py) and the work runs inside it.
+
+VENV    ?= /opt/clowder-dev/venv
+STAGE   ?= /opt/clowder-dev/src
+PYTHON  := $(VENV)/bin/python
+APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev
+PYTEST_ARGS ?= -q
+
+.PHONY: deps venv stage test test-unit demo units clean
+
+# Debian packages the build of systemd-python and the tests need.
+deps:
+	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+# A venv of Debian's python3, outside any private home directory, so that the test
+# users inside the instance can run clowderctl too.  The project is installed (not
+# linked), for the same reason.
+venv: deps
+	@[ -x $(PYTHON) ] || /usr/bin/python3 -m venv $(VENV)
+	$(PYTHON) -m pip install -q --disable-pip-version-check ".[test]"
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --force-reinstall .
+	rm -rf build *.egg-info
+
+# The tests run from a copy on the root filesystem: the instance sees / as an overlay,
+# which does not include other mounts or the host's /tmp.
+stage:
+	rm -rf $(STAGE) && mkdir -p $(STAGE)
+	tar --exclude=.git -cf - . | tar -C $(STAGE) -xf -
+
+test-unit: venv
+	$(PYTHON) -m pytest $(PYTEST_ARGS) tests/test_protocol.py tests/test_ring.py tests/test_units.py
+
+test: venv stage
+	@if [ "$$(cat /proc/1/comm)" = systemd ]; then \
+	  cd $(STAGE) && $(PYTHON) -m pytest $(PYTEST_ARGS) tests; \
+	else \
+	  cd $(STAGE) && python3 tools/sysinstance.py run --name clowder-test -- \
+	    $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests; \
+	fi
+
+demo: venv stage
+	@if [ "$$(cat /proc/1/comm)" = systemd ]; then \
+	  sh $(STAGE)/tools/demo.sh $(PYTHON); \
+	else \
+	  cd $(STAGE) && python3 tools/sysinstance.py run --name clowder-demo -- \
+	    sh tools/demo.sh $(PYTHON); \
+	fi
+
+# Regenerate units/ from ctl/units.py (their one source).
+units: venv
+	$(PYTHON) -m ctl install-units --system --dest units --exec-start "/usr/bin/ptyhostd"
+	$(PYTHON) -m ctl install-units --user --dest units/user --exec-start "/usr/bin/ptyhostd"
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache
