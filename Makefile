@@ -22,6 +22,7 @@ deps:
 # linked), for the same reason.
 venv: deps
 	@[ -x $(PYTHON) ] || /usr/bin/python3 -m venv $(VENV)
+	rm -rf build *.egg-info  # a stale build/ would be packaged instead of the sources
 	$(PYTHON) -m pip install -q --disable-pip-version-check ".[test]"
 	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 	rm -rf build *.egg-info

@@ -18,7 +18,7 @@ from typing import Optional
 
 from . import fdstore, protocol, pty
 from .fd import Fd
-from .manager import EXEC_FAILURES, Manager, ManagerError
+from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 from .session import UNIT_PREFIX, Session, unit_name
@@ -234,7 +234,10 @@ class Host:
         finally:
             slave.close()  # the unit has opened the tty (or never will)
         state = await self.manager.unit_state(s.unit)
-        if result != "done":
+        # A program that exits at once can fail the Type=exec start job before systemd
+        # saw its exec succeed; it did run unless the status is one of systemd's own.
+        setup_failed = state.exec_code == 1 and state.exec_status in SETUP_FAILURES
+        if result != "done" and (setup_failed or not state.exec_code):
             reason = EXEC_FAILURES.get(state.exec_status) if state.exec_code == 1 else None
             await self._discard(s, f"start job {result}: {reason or state.result}")
             raise RequestError(f"cannot start {argv[0]!r}: "

@@ -33,6 +33,8 @@ EXEC_FAILURES = {
     216: "cannot set up the group",
     217: "cannot set up the user (unknown user?)",
 }
+# Every status systemd's executor uses for its own failures (EXIT_CHDIR .. EXIT_*).
+SETUP_FAILURES = range(200, 246)
 
 
 class ManagerError(Exception):

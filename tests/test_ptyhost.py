@@ -182,3 +182,13 @@ def test_bad_spawns_are_refused_clearly(host):
     proc = host.ctl("spawn", "--size", "0x0", "--", "true", check=False)
     assert proc.returncode == 2 and b"invalid size" in proc.stderr
     assert host.session_units() == [] and host.ps() == {}
+
+
+def test_programs_that_exit_at_once_report_their_code(host):
+    """A program can end before systemd saw its exec succeed (a failed Type=exec job):
+    it still ran, and its own exit code is reported, not a spawn error."""
+    ids = {host.spawn("sh", "-c", f"echo out-{n}; exit {n}"): n for n in range(1, 21)}
+    for sid, n in ids.items():
+        proc = host.ctl("wait", sid, check=False)
+        assert proc.returncode == n, (sid, n, proc.stdout, proc.stderr)
+        assert f"out-{n}".encode() in host.backlog(sid)
