@@ -219,7 +219,7 @@ class Connection(asyncio.Protocol):
             self.host.resize(s, msg.cols, msg.rows)
         self.send(protocol.Attached(session=s.info()))
         att = Attachment(self, s, msg.read_only)
-        att.pos = s.ring.tail
+        att.pos = s.ring.tail if msg.replay < 0 else max(s.ring.tail, s.ring.head - msg.replay)
         if s.state != "running":
             att.catch_up()
             self.send(s.exited_message())

@@ -11,7 +11,9 @@ the byte path never base64-encodes anything.
 
 Every connection starts with HELLO from the client, answered by WELCOME (or by a
 fatal ERROR on a version mismatch).  Kinds are numbered in blocks: 1xx handshake and
-errors, 2xx requests, 3xx replies and streams.  Unknown kinds are a fatal error.
+errors, 2xx PTY host requests, 3xx their replies and streams, 4xx the control plane
+(clowder-control speaks the same framing on its own socket).  Unknown kinds are a
+fatal error.
 
 Don't forget to bump PROTOCOL_VERSION if any of these change in a way an older peer
 would misread; adding an optional field or a new kind does not need a bump.
@@ -158,6 +160,7 @@ class Attach(Message):
     cols: int = 0  # 0: leave the size alone
     rows: int = 0
     read_only: bool = False
+    replay: int = -1  # bytes of backlog sent first; -1: all that is held
 
 
 @_register
@@ -243,6 +246,59 @@ class Attached(Message):
 
     KIND = 305
     session: dict
+
+
+# 4xx: the control plane (client -> clowder-control), answered as each docstring says
+
+
+@_register
+class AgentUp(Message):
+    """Start an agent (and its shells) unless running. -> AgentInfo."""
+
+    KIND = 400
+    agent: str
+
+
+@_register
+class AgentDown(Message):
+    """Stop an agent and its shells, and keep it down. -> Ok."""
+
+    KIND = 401
+    agent: str
+
+
+@_register
+class AgentRestart(Message):
+    """Stop then start an agent with its normal command. -> AgentInfo."""
+
+    KIND = 402
+    agent: str
+
+
+@_register
+class GetStatus(Message):
+    """Everything the control daemon knows. -> StatusReport."""
+
+    KIND = 403
+
+
+@_register
+class AgentInfo(Message):
+    """clowder-control -> client: one agent, as in StatusReport.agents."""
+
+    KIND = 410
+    agent: dict
+
+
+@_register
+class StatusReport(Message):
+    """clowder-control -> client: agents, unclaimed sessions and any load problems."""
+
+    KIND = 411
+    agents: list
+    unclaimed: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    host: dict = field(default_factory=dict)
 
 
 SESSION_FIELDS = (
