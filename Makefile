@@ -54,8 +54,10 @@ demo: venv stage
 
 # Regenerate units/ from ctl/units.py (their one source).
 units: venv
-	$(PYTHON) -m ctl install-units --system --dest units --exec-start "/usr/bin/ptyhostd"
-	$(PYTHON) -m ctl install-units --user --dest units/user --exec-start "/usr/bin/ptyhostd"
+	$(PYTHON) -m ctl install-units --system --dest units --exec-start /usr/bin/ptyhostd \
+	  --control-exec-start /usr/bin/clowder-control
+	$(PYTHON) -m ctl install-units --user --dest units/user --exec-start /usr/bin/ptyhostd \
+	  --control-exec-start /usr/bin/clowder-control
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

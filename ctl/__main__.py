@@ -14,6 +14,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Drive the clowder PTY host.")
     p.add_argument("--socket", help="the host's socket (default: $CLOWDER_SOCKET, "
                    "$XDG_RUNTIME_DIR/clowder/ptyhost.sock, /run/clowder/ptyhost.sock)")
+    p.add_argument("--control-socket", help="clowder-control's socket (default: "
+                   "$CLOWDER_CONTROL_SOCKET, $XDG_RUNTIME_DIR/clowder/control.sock, "
+                   "/run/clowder/control.sock)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(sub)

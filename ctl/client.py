@@ -34,6 +34,17 @@ def default_socket() -> str:
     return "/run/clowder/ptyhost.sock"
 
 
+def default_control_socket() -> str:
+    """The control daemon's socket: $CLOWDER_CONTROL_SOCKET, the user's, or the system's."""
+    env = os.environ.get("CLOWDER_CONTROL_SOCKET")
+    if env:
+        return env
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if os.getuid() != 0 and runtime and os.path.exists(f"{runtime}/clowder/control.sock"):
+        return f"{runtime}/clowder/control.sock"
+    return "/run/clowder/control.sock"
+
+
 class Client:
     def __init__(self, path: str | None = None, timeout: float = CONNECT_TIMEOUT):
         self.path = path or default_socket()

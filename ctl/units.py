@@ -44,14 +44,58 @@ TimeoutStopSec=30
 """
 
 
-def render(scope: str, exec_start: str) -> dict[str, str]:
+CONTROL_SOCKET = """\
+[Unit]
+Description=clowder control socket
+
+[Socket]
+ListenStream=%t/clowder/control.sock
+SocketMode={socket_mode}
+{socket_group}DirectoryMode={dir_mode}
+
+[Install]
+WantedBy=sockets.target
+"""
+
+CONTROL_SERVICE = """\
+[Unit]
+Description=clowder control daemon (agents, registry, status)
+Requires=clowder-control.socket
+Wants=clowder-ptyhost.socket
+After=clowder-control.socket clowder-ptyhost.socket
+StartLimitIntervalSec=0
+
+[Service]
+Type=notify
+NotifyAccess=main
+ExecStart={exec_start} --{scope}
+ExecReload=/bin/kill -HUP $MAINPID
+# Agents live on the PTY host: restarting this daemon never touches them.
+Restart=always
+RestartSec=0
+StateDirectory=clowder
+StateDirectoryMode=0700
+
+[Install]
+WantedBy={wanted_by}
+"""
+
+
+def render(scope: str, exec_start: str, control_exec_start: str | None = None
+           ) -> dict[str, str]:
     """{file name: text} for ``scope`` "system" or "user"."""
     if scope not in ("system", "user"):
         raise ValueError(scope)
     system = scope == "system"
-    socket = PTYHOST_SOCKET.format(
-        socket_mode="0660" if system else "0600",
-        socket_group="SocketGroup=clowder\n" if system else "",
-        dir_mode="0755" if system else "0700")
-    service = PTYHOST_SERVICE.format(exec_start=exec_start, scope=scope)
-    return {"clowder-ptyhost.socket": socket, "clowder-ptyhost.service": service}
+    access = dict(socket_mode="0660" if system else "0600",
+                  socket_group="SocketGroup=clowder\n" if system else "",
+                  dir_mode="0755" if system else "0700")
+    control = control_exec_start or exec_start.replace("ptyhostd", "controld")
+    return {
+        "clowder-ptyhost.socket": PTYHOST_SOCKET.format(**access),
+        "clowder-ptyhost.service": PTYHOST_SERVICE.format(exec_start=exec_start, scope=scope),
+        "clowder-control.socket": CONTROL_SOCKET.format(**access),
+        "clowder-control.service": CONTROL_SERVICE.format(
+            exec_start=control, scope=scope,
+            wanted_by="multi-user.target" if system else "default.target"),
+    }

@@ -177,6 +177,9 @@ class Env:
         self.drop_ins.clear()
 
     def stop_all(self) -> None:
+        # The control daemon first: it would bring agents back as the host ends them.
+        self.systemctl("stop", "clowder-control.service", "clowder-control.socket",
+                       check=False)
         self.systemctl("stop", "clowder-ptyhost.service", "clowder-ptyhost.socket",
                        check=False)
 

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("scope,folder", [("system", "units"), ("user", "units/user")])
 def test_units_folder_matches_renderer(scope, folder):
-    for name, text in units.render(scope, "/usr/bin/ptyhostd").items():
+    for name, text in units.render(scope, "/usr/bin/ptyhostd", "/usr/bin/clowder-control").items():
         with open(os.path.join(ROOT, folder, name)) as f:
             assert f.read() == text, f"{folder}/{name} is stale: run `make units`"
 

@@ -1,5 +1,7 @@
 """One module per clowderctl subcommand; each has add_parser(sub) and run(args)."""
 
-from . import attach, backlog, install_units, kill, ps, rm, send, spawn, wait
+from . import (agents, attach, backlog, config, install_units, kill, logs, ps, rm, send,
+               spawn, status, wait)
 
-COMMANDS = (spawn, ps, send, backlog, wait, kill, attach, rm, install_units)
+COMMANDS = (spawn, ps, send, backlog, wait, kill, attach, rm, agents, status, logs, config,
+            install_units)

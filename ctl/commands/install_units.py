@@ -16,6 +16,9 @@ def add_parser(sub):
     p.add_argument("--dest", help="write the files here and do nothing else")
     p.add_argument("--exec-start", default=f"{sys.executable} -m ptyhostd",
                    help="the host command (default: this Python with -m ptyhostd)")
+    p.add_argument("--control-exec-start", default=None,
+                   help="the control daemon's command (default: the host command with "
+                        "ptyhostd replaced by controld)")
     p.set_defaults(run=run)
 
 
@@ -28,7 +31,7 @@ def _run(cmd: list[str]) -> None:
 
 def run(args) -> int:
     scope = args.scope or ("system" if os.getuid() == 0 else "user")
-    files = units.render(scope, args.exec_start)
+    files = units.render(scope, args.exec_start, args.control_exec_start)
     if args.dest:
         dest = args.dest
     elif scope == "system":
@@ -55,6 +58,8 @@ def run(args) -> int:
             print("created group clowder (add users to it to let them use clowder)")
     ctl = ["systemctl"] + (["--user"] if scope == "user" else [])
     _run(ctl + ["daemon-reload"])
-    _run(ctl + ["enable", "--now", "clowder-ptyhost.socket"])
-    print(f"enabled and started clowder-ptyhost.socket ({scope})")
+    _run(ctl + ["enable", "--now", "clowder-ptyhost.socket", "clowder-control.socket"])
+    # The control daemon runs from boot: it is what brings the agents back.
+    _run(ctl + ["enable", "clowder-control.service"])
+    print(f"enabled and started clowder-ptyhost.socket and clowder-control.socket ({scope})")
     return 0

@@ -1,0 +1,124 @@
+"""clowder-control's entry point: load config and registry, reconcile, serve."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+
+from ptyhostd import __version__, fdstore
+from ptyhostd.log import setup as setup_logging
+
+from . import config as configuration
+from .hostclient import HostConnection, HostError
+from .registry import Registry, RegistryError, default_path
+from .server import ControlServer
+from .supervisor import Supervisor
+
+log = logging.getLogger("clowder-control")
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="clowder-control")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--system", dest="user", action="store_false", default=None)
+    scope.add_argument("--user", dest="user", action="store_true")
+    p.add_argument("--config", help="the agents' YAML file")
+    p.add_argument("--registry", help="the registry file")
+    p.add_argument("--host-socket", help="the PTY host's socket")
+    p.add_argument("--socket", help="listen here when not socket-activated")
+    p.add_argument("--version", action="version", version=f"clowder-control {__version__}")
+    args = p.parse_args(argv)
+    if args.user is None:
+        args.user = os.getuid() != 0
+    scope_name = "user" if args.user else "system"
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "/run") if args.user else "/run"
+    args.config = args.config or configuration.default_paths(scope_name)[0]
+    args.registry = args.registry or default_path(scope_name)
+    args.host_socket = args.host_socket or f"{runtime}/clowder/ptyhost.sock"
+    return args
+
+
+def load_config(path: str, sup: Supervisor):
+    """The configuration, or None (with the problem recorded) if it cannot be used."""
+    if not os.path.exists(path):
+        return configuration.Config(version=1, agents=())
+    try:
+        return configuration.load(path)
+    except configuration.ConfigError as exc:
+        sup.problems.append(f"configuration not applied: {exc}")
+        log.error("configuration %s not applied, keeping what runs: %s", path, exc,
+                  extra={"CLOWDER_CAUSE": "config-error"})
+        return None
+
+
+async def _serve(args) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        registry, warning = Registry.load_with_fallback(args.registry)
+    except RegistryError as exc:
+        # Nothing usable on disk: run with what the host has (sessions are adopted by
+        # name) and never overwrite the damaged file until a good state is written.
+        registry, warning = Registry(args.registry), f"registry unusable: {exc}"
+    host = HostConnection(args.host_socket)
+    sup = Supervisor(host, args.host_socket, registry)
+    if warning:
+        sup.problems.append(warning)
+        log.error("%s", warning, extra={"CLOWDER_CAUSE": "registry-error"})
+
+    async def host_status() -> dict:
+        try:
+            sessions = await host.sessions()
+            return {"reachable": True, "sessions": len(sessions)}
+        except HostError as exc:
+            return {"reachable": False, "error": str(exc)}
+
+    cfg = load_config(args.config, sup)
+    await sup.apply(cfg, "clowder-control started")
+    server = ControlServer(sup, host_status)
+    listeners = [socket.socket(fileno=fd) for fds in fdstore.inherited().values() for fd in fds]
+    if not listeners:
+        if not args.socket:
+            raise SystemExit("clowder-control: not socket-activated and no --socket given")
+        path = args.socket
+        if os.path.exists(path):
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(path)
+        sock.listen(64)
+        listeners = [sock]
+    for sock in listeners:
+        sock.setblocking(False)
+        await asyncio.start_unix_server(server.handle, sock=sock)
+
+    def reload() -> None:
+        async def run():
+            sup.problems.clear()
+            await sup.apply(load_config(args.config, sup), "configuration reloaded")
+        loop.create_task(run())
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    fdstore.notify(f"READY=1\nSTATUS={len(sup.runtimes)} agents")
+    await stop.wait()
+    fdstore.notify("STOPPING=1")
+    log.info("clowder-control stopping; agents keep running", extra={"CLOWDER_CAUSE": "stop"})
+
+
+def main(argv=None) -> None:
+    args = _parse(argv)
+    setup_logging("clowder-control")
+    try:
+        asyncio.run(_serve(args))
+    except Exception:
+        log.exception("clowder-control failed")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

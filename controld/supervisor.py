@@ -1,0 +1,352 @@
+"""The supervisor: keeps each configured agent (and its companion shells) running.
+
+An agent's sessions live on the PTY host, named ``agent:<name>`` and
+``agent:<name>/<shell>``; this daemon holds only what it wants and what it knows, so it
+can be restarted at any moment without touching a session.  At start it reconciles:
+a session still running is adopted (by the id in the registry, else by its name);
+one that is gone is re-spawned (an agent with its resume command) and the reason is
+recorded; a running session no agent claims is reported, never killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ptyhostd import protocol
+
+from .activity import Activity
+from .config import Agent, Config, Shell, to_dict
+from .hostclient import HostConnection, HostError, SessionWatch
+from .registry import AgentRecord, Registry, RegistryError
+
+log = logging.getLogger("clowder-control")
+
+PREFIX = "agent:"
+RESPAWN_DELAYS = (0.5, 1, 2, 5, 10, 30)  # after an agent's program ends by itself
+
+
+def session_name(agent: str, shell: Optional[str] = None) -> str:
+    return f"{PREFIX}{agent}" + (f"/{shell}" if shell else "")
+
+
+def describe_exit(info: dict) -> str:
+    if info.get("signal") is not None:
+        return f"killed by signal {info['signal']}"
+    if info.get("exit_code") is not None:
+        return f"exited with code {info['exit_code']}"
+    return "ended (exit status unknown)"
+
+
+@dataclass
+class Runtime:
+    """What the daemon holds for one agent while it runs."""
+
+    spec: Agent
+    activity: Activity = field(default_factory=Activity)
+    watches: dict = field(default_factory=dict)  # role ("" = the agent) -> SessionWatch
+    pids: dict = field(default_factory=dict)  # role -> pid
+    failures: int = 0
+    respawn: Optional[asyncio.Task] = None
+
+
+class Supervisor:
+    def __init__(self, host: HostConnection, host_path: str, registry: Registry):
+        self.host = host
+        self.host_path = host_path
+        self.registry = registry
+        self.runtimes: dict[str, Runtime] = {}
+        self.unclaimed: list[dict] = []
+        self.problems: list[str] = []
+        self._lock = asyncio.Lock()
+
+    # --- logging -----------------------------------------------------------------------
+
+    def event(self, agent: str, message: str, cause: str, session: str = "",
+              level: int = logging.INFO) -> None:
+        """A lifecycle event, filterable with journalctl CLOWDER_AGENT=<agent>."""
+        log.log(level, "agent %s: %s", agent, message,
+                extra={"CLOWDER_AGENT": agent, "CLOWDER_CAUSE": cause,
+                       "CLOWDER_SESSION": session})
+
+    # --- configuration -----------------------------------------------------------------
+
+    def specs_from_registry(self) -> dict[str, Agent]:
+        """The last good specs, kept in the registry for a start with a broken config."""
+        specs = {}
+        for name, rec in self.registry.agents.items():
+            spec = rec.layout.get("spec")
+            if spec:
+                try:
+                    specs[name] = _spec_from_dict(spec)
+                except Exception as exc:  # a damaged record must not stop the others
+                    self.problems.append(f"registry record of {name}: {exc}")
+        return specs
+
+    async def apply(self, config: Optional[Config], cause: str) -> None:
+        """Make the running set match ``config`` (None: keep the registry's specs)."""
+        async with self._lock:
+            if config is not None:
+                specs = {a.name: a for a in config.agents}
+            else:
+                specs = self.specs_from_registry()
+            for name in list(self.runtimes):
+                if name not in specs:
+                    await self._stop_agent(name, "removed from the configuration")
+                    self.registry.remove(name)
+            for name, spec in specs.items():
+                rt = self.runtimes.get(name)
+                if rt is None:
+                    self.runtimes[name] = Runtime(spec)
+                else:
+                    rt.spec = spec
+                rec = self.registry.get(name) or AgentRecord(name=name)
+                rec.layout = {**rec.layout, "spec": _spec_dict(spec),
+                              "shells": [{"name": s.name, "split": s.split,
+                                          "percent": s.percent} for s in spec.shells]}
+                self.registry.set(rec)
+            await self._reconcile(cause)
+            self.save()
+
+    def save(self) -> None:
+        try:
+            self.registry.save()
+        except (OSError, RegistryError) as exc:
+            self.problems.append(f"cannot write the registry: {exc}")
+            log.error("cannot write the registry: %s", exc,
+                      extra={"CLOWDER_CAUSE": "registry-write"})
+
+    # --- reconcile ---------------------------------------------------------------------
+
+    async def _reconcile(self, cause: str) -> None:
+        live = await self.host.sessions()
+        running = {s["id"]: s for s in live.values() if s["state"] == "running"}
+        by_name = {}
+        for s in running.values():
+            by_name.setdefault(s["name"], s)
+        claimed = set()
+        for name, rt in self.runtimes.items():
+            rec = self.registry.get(name)
+            if rec.layout.get("down"):
+                continue
+            roles = [("", None)] + [(s.name, s) for s in rt.spec.shells]
+            for role, shell in roles:
+                sid = rec.session if not role else rec.shells.get(role)
+                found = running.get(sid) if sid else None
+                how = "adopted its running session"
+                if found is None and session_name(name, role or None) in by_name:
+                    found = by_name[session_name(name, role or None)]
+                    how = "adopted its running session by name (the registry did not have it)"
+                if found is not None:
+                    claimed.add(found["id"])
+                    self._adopt(rt, rec, role, found, f"{how} ({cause})")
+                    continue
+                before = live.get(sid) if sid else None
+                if before is not None:
+                    why = f"its session {describe_exit(before)} while clowder-control was away"
+                    if not role:
+                        rec.last_exit = {k: before.get(k) for k in ("exit_code", "signal")}
+                elif sid:
+                    why = "its session is gone from the PTY host"
+                else:
+                    why = "it was not running"
+                await self._spawn(rt, rec, role, resume=bool(sid) and not role,
+                                  cause=f"{why} ({cause})")
+                if before is not None:
+                    await self._forget(sid)
+        self.unclaimed = [s for s in running.values() if s["id"] not in claimed]
+        for s in self.unclaimed:
+            log.warning("session %s (%s) is running but no agent claims it; left alone",
+                        s["id"], s["name"], extra={"CLOWDER_SESSION": s["id"],
+                                                   "CLOWDER_CAUSE": "unclaimed"})
+
+    def _adopt(self, rt: Runtime, rec: AgentRecord, role: str, info: dict, cause: str):
+        self._record(rec, role, info["id"])
+        rt.pids[role] = info["pid"]
+        if role not in rt.watches:
+            self._watch(rt, role, info["id"])
+        self.event(rec.name, f"{role or 'agent'} session {info['id']} (pid {info['pid']}): "
+                   f"{cause}", "adopt", info["id"])
+
+    def _record(self, rec: AgentRecord, role: str, sid: str) -> None:
+        if role:
+            rec.shells[role] = sid
+        else:
+            rec.session = sid
+
+    async def _spawn(self, rt: Runtime, rec: AgentRecord, role: str, resume: bool,
+                     cause: str) -> None:
+        spec = rt.spec
+        if role:
+            shell = next(s for s in spec.shells if s.name == role)
+            argv, cwd = list(shell.command), shell.cwd
+        else:
+            argv = list(spec.resume if resume and spec.resume else spec.command)
+            cwd = spec.cwd
+        cols, rows = spec.size or (120, 40)
+        env = {"TERM": "xterm-256color", **spec.env}
+        try:
+            reply = await self.host.request(protocol.Spawn(
+                argv=argv, name=session_name(spec.name, role or None), cwd=cwd, env=env,
+                cols=cols, rows=rows), protocol.SessionInfo)
+        except HostError as exc:
+            rec.cause = f"spawn failed: {exc}"
+            self.event(spec.name, f"cannot spawn {role or 'agent'}: {exc}", "spawn-failed",
+                       level=logging.ERROR)
+            return
+        info = reply.session
+        self._record(rec, role, info["id"])
+        rt.pids[role] = info["pid"]
+        if not role:
+            rec.cause = cause
+            rec.spawned_at = time.time()
+            rec.spawns += 1
+        self._watch(rt, role, info["id"])
+        what = "agent (resume command)" if resume and spec.resume and not role else \
+            (role or "agent")
+        self.event(spec.name, f"spawned {what} as session {info['id']} pid {info['pid']}: "
+                   f"{cause}", "spawn", info["id"])
+
+    def _watch(self, rt: Runtime, role: str, sid: str) -> None:
+        old = rt.watches.pop(role, None)
+        if old is not None:
+            old.cancel()
+
+        def output(data: bytes, rt=rt) -> None:
+            if not role:
+                rt.activity.feed(data, time.time())
+
+        async def ended(msg: protocol.Exited, rt=rt) -> None:
+            await self._ended(rt, role, sid, msg)
+
+        rt.watches[role] = SessionWatch(self.host_path, sid, output, ended)
+
+    async def _ended(self, rt: Runtime, role: str, sid: str, msg: protocol.Exited) -> None:
+        """A watched session ended while we run: record why, and bring it back."""
+        name = rt.spec.name
+        rec = self.registry.get(name)
+        if rec is None or rt.watches.get(role) is None:
+            return
+        rt.watches.pop(role, None)
+        how = describe_exit({"exit_code": msg.exit_code, "signal": msg.signal})
+        if not role:
+            rec.last_exit = {"exit_code": msg.exit_code, "signal": msg.signal,
+                             "at": time.time()}
+        self.event(name, f"{role or 'agent'} session {sid} {how}", "exit", sid)
+        self.save()
+        await self._forget(sid)
+        if rec.layout.get("down"):
+            return
+        delay = RESPAWN_DELAYS[min(rt.failures, len(RESPAWN_DELAYS) - 1)]
+        rt.failures += 1
+        await asyncio.sleep(delay)
+        async with self._lock:
+            if rec.layout.get("down") or role in rt.watches:
+                return
+            await self._spawn(rt, rec, role, resume=not role, cause=f"its session {how}")
+            self.save()
+
+    async def _forget(self, sid: str) -> None:
+        try:
+            await self.host.request(protocol.Remove(session=sid), protocol.Ok)
+        except HostError:
+            pass  # already gone, or still ending: the host caps what it keeps
+
+    # --- requests ----------------------------------------------------------------------
+
+    async def up(self, name: str) -> dict:
+        async with self._lock:
+            rec = self._known(name)
+            rec.layout = {**rec.layout, "down": False}
+            self.runtimes[name].failures = 0
+            await self._reconcile(f"up requested for {name}")
+            self.save()
+        return self.agent_status(name)
+
+    async def down(self, name: str) -> None:
+        async with self._lock:
+            rec = self._known(name)
+            rec.layout = {**rec.layout, "down": True}
+            await self._stop_agent(name, "down requested")
+            self.save()
+
+    async def restart(self, name: str) -> dict:
+        async with self._lock:
+            rec = self._known(name)
+            await self._stop_agent(name, "restart requested")
+            rec.session = None
+            rec.shells = {}
+            rec.layout = {**rec.layout, "down": False}
+            await self._reconcile(f"restart requested for {name}")
+            self.save()
+        return self.agent_status(name)
+
+    def _known(self, name: str) -> AgentRecord:
+        rec = self.registry.get(name)
+        if rec is None or name not in self.runtimes:
+            raise KeyError(name)
+        return rec
+
+    async def _stop_agent(self, name: str, cause: str) -> None:
+        rt = self.runtimes.get(name)
+        rec = self.registry.get(name)
+        if rt is None or rec is None:
+            return
+        for role, watch in list(rt.watches.items()):
+            watch.cancel()
+        rt.watches.clear()
+        for sid in [rec.session, *rec.shells.values()]:
+            if not sid:
+                continue
+            try:
+                await self.host.request(protocol.Kill(session=sid, signal=1), protocol.Ok)
+                await self.host.request(protocol.Wait(session=sid), protocol.Exited)
+            except HostError:
+                pass  # already ended
+            await self._forget(sid)
+        self.event(name, f"stopped: {cause}", "stop", rec.session or "")
+
+    # --- status ------------------------------------------------------------------------
+
+    def agent_status(self, name: str, sessions: Optional[dict] = None) -> dict:
+        rt = self.runtimes[name]
+        rec = self.registry.get(name)
+        now = time.time()
+        busy, why = rt.activity.state(now)
+        down = bool(rec.layout.get("down"))
+        return {
+            "name": name,
+            "state": "down" if down else ("running" if "" in rt.watches else "starting"),
+            "session": rec.session, "pid": rt.pids.get(""),
+            "uptime": round(now - rec.spawned_at, 1) if rec.spawned_at and not down else None,
+            "activity": "down" if down else busy, "activity_reason": why,
+            "last_exit": rec.last_exit, "cause": rec.cause, "spawns": rec.spawns,
+            "cwd": rt.spec.cwd,
+            "shells": [{"name": s.name, "session": rec.shells.get(s.name),
+                        "pid": rt.pids.get(s.name), "split": s.split, "percent": s.percent,
+                        "running": s.name in rt.watches} for s in rt.spec.shells],
+        }
+
+    def status(self) -> dict:
+        return {"agents": [self.agent_status(n) for n in sorted(self.runtimes)],
+                "unclaimed": [{k: s.get(k) for k in ("id", "name", "pid", "unit")}
+                              for s in self.unclaimed],
+                "problems": list(self.problems)}
+
+
+def _spec_dict(spec: Agent) -> dict:
+    return to_dict(Config(version=1, agents=(spec,)))["agents"][0]
+
+
+def _spec_from_dict(d: dict) -> Agent:
+    """The inverse of _spec_dict, for specs kept in the registry."""
+    return Agent(name=d["name"], command=tuple(d["command"]),
+                 resume=tuple(d["resume"]) if d.get("resume") else None, cwd=d["cwd"],
+                 env=dict(d.get("env") or {}),
+                 size=tuple(d["size"]) if d.get("size") else None,
+                 shells=tuple(Shell(name=s["name"], command=tuple(s["command"]),
+                                    split=s["split"], percent=s["percent"], cwd=s["cwd"])
+                              for s in d.get("shells") or ()))

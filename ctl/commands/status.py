@@ -1,0 +1,58 @@
+"""clowderctl status: agents, their sessions, busy/idle, uptime, last exit, shells."""
+
+import json
+
+from ptyhostd import protocol
+
+from ..client import Client, default_control_socket
+
+
+def add_parser(sub):
+    p = sub.add_parser("status", help="show agents (from clowder-control)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=run)
+
+
+def _uptime(seconds) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    d, rem = divmod(seconds, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"{d}d{h}h" if d else f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _exit(last) -> str:
+    if not last:
+        return "-"
+    if last.get("signal") is not None:
+        return f"sig{last['signal']}"
+    return str(last.get("exit_code", "?"))
+
+
+def run(args) -> int:
+    with Client(args.control_socket or default_control_socket()) as c:
+        rep = c.request(protocol.GetStatus(), protocol.StatusReport)
+    if args.json:
+        print(json.dumps({"agents": rep.agents, "unclaimed": rep.unclaimed,
+                          "problems": rep.problems, "host": rep.host}))
+        return 0
+    rows = [("AGENT", "STATE", "ACTIVITY", "PID", "SESSION", "UPTIME", "LAST EXIT", "SHELLS",
+             "CAUSE")]
+    for a in rep.agents:
+        shells = ",".join(f"{s['name']}{'' if s['running'] else '(down)'}"
+                          for s in a["shells"]) or "-"
+        rows.append((a["name"], a["state"], a["activity"], str(a["pid"] or "-"),
+                     a["session"] or "-", _uptime(a["uptime"]), _exit(a["last_exit"]),
+                     shells, a["cause"] or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1])
+    for s in rep.unclaimed:
+        print(f"unclaimed session {s['id']} ({s['name']}, pid {s['pid']}): no agent claims it")
+    for p in rep.problems:
+        print(f"problem: {p}")
+    if not rep.host.get("reachable", True):
+        print(f"problem: PTY host unreachable: {rep.host.get('error')}")
+    return 0

@@ -1,0 +1,200 @@
+"""Issue 3's acceptance tests: clowder-control can be restarted at any moment.
+
+Run against system and user units (the ``host`` fixture), under a real systemd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, wait_for
+
+# Heavy output: a numbered line every 2 ms, so gaps and duplicates are detectable.
+COUNTER = ("import sys, time\n"
+           "i = 0\n"
+           "while True:\n"
+           "    i += 1\n"
+           "    sys.stdout.write(f'{TAG}{i}\\n'); sys.stdout.flush()\n"
+           "    time.sleep(0.002)\n")
+
+
+class Control:
+    """The control daemon of one scope: its config, registry, status and journal."""
+
+    def __init__(self, host):
+        self.host = host
+        if host.scope == "system":
+            self.config = "/etc/clowder/clowder.yaml"
+            self.registry = "/var/lib/clowder/registry.json"
+            self.home = "/root"
+        else:
+            self.home = pwd.getpwnam(host.run_user).pw_dir
+            self.config = f"{self.home}/.config/clowder/clowder.yaml"
+            self.registry = f"{self.home}/.local/state/clowder/registry.json"
+        self.workdir = f"{self.home}/work"
+        os.makedirs(self.workdir, exist_ok=True)
+        self._own(self.workdir)
+
+    def _own(self, path: str) -> None:
+        if self.host.scope == "user":
+            subprocess.run(["chown", "-R", f"{self.host.uid}", path], check=True)
+
+    def write_config(self, text: str) -> None:
+        os.makedirs(os.path.dirname(self.config), exist_ok=True)
+        with open(self.config, "w") as f:
+            f.write(text)
+        self._own(os.path.dirname(self.config))
+
+    def status(self) -> dict:
+        return json.loads(self.host.ctl("status", "--json").stdout)
+
+    def agents(self) -> dict:
+        return {a["name"]: a for a in self.status()["agents"]}
+
+    def wait_running(self, names, timeout=30) -> dict:
+        def ready():
+            agents = self.agents()
+            ok = all(agents.get(n, {}).get("state") == "running" and
+                     all(s["running"] for s in agents[n]["shells"]) for n in names)
+            return agents if ok else None
+        return wait_for(ready, timeout, f"agents {sorted(names)} and their shells to run")
+
+    def restart(self) -> None:
+        self.host.systemctl("restart", "clowder-control.service")
+
+    def journal(self, agent: str) -> list[dict]:
+        unit = ["-u", "clowder-control.service"] if self.host.scope == "system" else \
+            [f"_SYSTEMD_USER_UNIT=clowder-control.service", f"_UID={self.host.uid}"]
+        out = subprocess.run(["journalctl", "--no-pager", "-o", "json", *unit,
+                              f"CLOWDER_AGENT={agent}"], capture_output=True, check=True)
+        return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def control(host):
+    c = Control(host)
+    yield c
+    for path in (c.config, c.registry, c.registry + ".prev"):
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def agent_yaml(name: str, command, workdir: str, resume: str = "",
+               shell: str = "sh") -> str:
+    lines = [f"  - name: {name}", f"    command: {json.dumps(command)}",
+             f"    cwd: {workdir}"]
+    if resume:
+        lines.append(f"    resume: {json.dumps(resume)}")
+    lines += ["    shells:", "      - name: sh", f"        command: {shell}",
+              "        split: right", "        percent: 40"]
+    return "\n".join(lines) + "\n"
+
+
+def test_ten_control_restarts_disturb_no_agent(host, control):
+    text = "agents:\n"
+    for i in range(10):
+        cmd = [PYTHON, "-c", COUNTER.replace("{TAG}", f"a{i}-")]
+        text += agent_yaml(f"a{i}", cmd, control.workdir)
+    control.write_config(text)
+    names = [f"a{i}" for i in range(10)]
+    before = control.wait_running(names)
+    sessions = host.ps()
+    for _ in range(10):
+        control.restart()
+        wait_for(lambda: len(control.agents()) == 10, 20, "the control daemon to answer")
+    after = control.wait_running(names)
+    for n in names:
+        assert after[n]["session"] == before[n]["session"], f"{n} was re-spawned"
+        assert after[n]["pid"] == before[n]["pid"] and after[n]["spawns"] == 1
+        for s0, s1 in zip(before[n]["shells"], after[n]["shells"]):
+            assert (s0["session"], s0["pid"]) == (s1["session"], s1["pid"])
+    now = host.ps()
+    for sid, info in sessions.items():
+        assert now[sid]["pid"] == info["pid"] and now[sid]["state"] == "running"
+    for i, n in enumerate(names):
+        out = host.backlog(after[n]["session"]).decode()
+        numbers = [int(x) for x in re.findall(rf"a{i}-(\d+)\r\n", out)]
+        assert numbers and numbers == list(range(numbers[0], numbers[0] + len(numbers))), \
+            f"{n}: a gap or duplicate in the backlog"
+
+
+def test_agent_killed_while_control_stopped_comes_back_resumed(host, control):
+    control.write_config("agents:\n" + agent_yaml(
+        "api", "sh -c 'echo first-run; exec sleep 100000'", control.workdir,
+        resume="sh -c 'echo resumed-in-$(pwd); exec sleep 100000'"))
+    before = control.wait_running(["api"])["api"]
+    host.systemctl("stop", "clowder-control.service")
+    host.ctl("kill", before["session"], "--signal", "KILL")
+    assert host.ctl("wait", before["session"], check=False).returncode == 128 + 9
+    host.systemctl("start", "clowder-control.service")
+    after = control.wait_running(["api"])["api"]
+    assert after["session"] != before["session"] and after["spawns"] == 2
+    assert "killed by signal 9" in after["cause"], after["cause"]
+    assert after["last_exit"]["signal"] == 9
+    wait_for(lambda: f"resumed-in-{control.workdir}".encode() in
+             host.backlog(after["session"]), 10, "the resume command's output")
+    # The layout is kept: the companion shell was not touched, still the same process.
+    assert after["shells"][0]["pid"] == before["shells"][0]["pid"]
+    assert after["shells"][0]["split"] == "right" and after["shells"][0]["percent"] == 40
+
+
+def test_unclaimed_session_is_reported_not_killed(host, control):
+    control.write_config("agents: []\n")
+    stray = host.spawn("sleep", "100000", name="stray")
+    control.restart()
+    st = wait_for(lambda: (lambda s: s if s["unclaimed"] else None)(control.status()), 10,
+                  "the unclaimed session to be reported")
+    assert [u["id"] for u in st["unclaimed"]] == [stray]
+    assert host.ps()[stray]["state"] == "running"
+    assert b"no agent claims it" in host.ctl("status").stdout
+
+
+def test_bad_config_and_half_written_registry(host, control):
+    control.write_config("agents:\n" + agent_yaml(
+        "web", "sh -c 'echo up; exec sleep 100000'", control.workdir))
+    before = control.wait_running(["web"])["web"]
+    # A malformed file: reloading reports it, with file and line, and changes nothing.
+    control.write_config("agents:\n  - name: web\n    command: [unclosed\n")
+    host.systemctl("reload", "clowder-control.service")
+    st = wait_for(lambda: (lambda s: s if s["problems"] else None)(control.status()), 10,
+                  "the configuration problem to be reported")
+    assert any("clowder.yaml:" in p for p in st["problems"]), st["problems"]
+    check = host.ctl("config", "check", control.config, check=False)
+    assert check.returncode == 1 and b"clowder.yaml:" in check.stderr
+    agents = {a["name"]: a for a in st["agents"]}
+    assert agents["web"]["pid"] == before["pid"]
+    # A half-written registry: reported, and the running agent is still adopted.
+    host.systemctl("stop", "clowder-control.service")
+    data = open(control.registry, "rb").read()
+    with open(control.registry, "wb") as f:
+        f.write(data[:len(data) // 2])
+    if os.path.exists(control.registry + ".prev"):
+        os.unlink(control.registry + ".prev")
+    host.systemctl("start", "clowder-control.service")
+    st = control.status()
+    assert any("registry" in p for p in st["problems"]), st["problems"]
+    assert host.ps()[before["session"]]["pid"] == before["pid"]
+    assert host.ps()[before["session"]]["state"] == "running"
+
+
+def test_journal_filters_by_agent(host, control):
+    control.write_config("agents:\n" + agent_yaml(
+        "logme", "sh -c 'exec sleep 100000'", control.workdir) + agent_yaml(
+        "other", "sh -c 'exec sleep 100000'", control.workdir))
+    control.wait_running(["logme", "other"])
+    control.restart()
+    control.wait_running(["logme", "other"])
+    entries = wait_for(lambda: [e for e in control.journal("logme")
+                                if e.get("CLOWDER_CAUSE") == "adopt"], 10,
+                       "an adopt event for logme in the journal")
+    events = control.journal("logme")
+    assert {e["CLOWDER_AGENT"] for e in events} == {"logme"}
+    causes = {e.get("CLOWDER_CAUSE") for e in events}
+    assert {"spawn", "adopt"} <= causes, causes
+    assert all("MESSAGE" in e and e.get("CLOWDER_SESSION") for e in entries)
