@@ -587,13 +587,27 @@ def test_check_default_file(monkeypatch, tmp_path):
                                       ["/etc/clowder/clowder.yaml"])
 
 
-@pytest.mark.skipif(os.getuid() == 0, reason="as root the default is the system file")
-def test_check_default_file_subprocess(tmp_path):
+def test_check_default_file_subprocess():
+    """A non-root user's default is their own file (as root, run it as nobody)."""
+    import pathlib
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        _check_default_file(pathlib.Path(d))
+
+
+def _check_default_file(tmp_path):
     user = tmp_path / "clowder" / "clowder.yaml"
     user.parent.mkdir()
     user.write_text("agents: []\n")
-    r = ctl("config", "check", XDG_CONFIG_HOME=str(tmp_path))
-    assert (r.returncode, r.stdout) == (0, f"{user}: OK (0 agents)\n")
+    as_nobody = []
+    if os.getuid() == 0:
+        for p in (tmp_path, user.parent, user):
+            p.chmod(0o755)
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    r = subprocess.run([*as_nobody, sys.executable, "-m", "ctl", "config", "check"],
+                       cwd=ROOT, text=True, capture_output=True, timeout=60,
+                       env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "HOME": "/"})
+    assert (r.returncode, r.stdout) == (0, f"{user}: OK (0 agents)\n"), r.stderr
 
 
 def test_config_is_a_clowderctl_command():
