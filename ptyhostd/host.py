@@ -197,7 +197,10 @@ class Host:
             raise RequestError(f"working directory must be absolute: {req.cwd!r}",
                                "bad-request")
         user = self._run_as(req.user, client_uid)
-        uid = client_uid if req.user is None else _uid_of(req.user)
+        if self.uid != 0:
+            uid = self.uid  # a user manager runs every session as its own user
+        else:
+            uid = client_uid if req.user is None else _uid_of(req.user)
         sid = secrets.token_hex(4)
         while sid in self.sessions:
             sid = secrets.token_hex(4)
