@@ -23,26 +23,25 @@ class RequestFailed(ClientError):
         self.code = err.code
 
 
-def default_socket() -> str:
-    """The host socket: $CLOWDER_SOCKET, the user's, or the system's."""
-    env = os.environ.get("CLOWDER_SOCKET")
+def _socket(name: str, env_var: str) -> str:
+    """$env_var, else the user's socket (when not root and it exists), else the system's."""
+    env = os.environ.get(env_var)
     if env:
         return env
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if os.getuid() != 0 and runtime and os.path.exists(f"{runtime}/clowder/ptyhost.sock"):
-        return f"{runtime}/clowder/ptyhost.sock"
-    return "/run/clowder/ptyhost.sock"
+    if os.getuid() != 0 and runtime and os.path.exists(f"{runtime}/clowder/{name}"):
+        return f"{runtime}/clowder/{name}"
+    return f"/run/clowder/{name}"
+
+
+def default_socket() -> str:
+    """The PTY host's socket."""
+    return _socket("ptyhost.sock", "CLOWDER_SOCKET")
 
 
 def default_control_socket() -> str:
-    """The control daemon's socket: $CLOWDER_CONTROL_SOCKET, the user's, or the system's."""
-    env = os.environ.get("CLOWDER_CONTROL_SOCKET")
-    if env:
-        return env
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if os.getuid() != 0 and runtime and os.path.exists(f"{runtime}/clowder/control.sock"):
-        return f"{runtime}/clowder/control.sock"
-    return "/run/clowder/control.sock"
+    """clowder-control's socket."""
+    return _socket("control.sock", "CLOWDER_CONTROL_SOCKET")
 
 
 class Client:
