@@ -103,9 +103,17 @@ class Host:
             # manifest): adopt it with what the fd names and systemd can tell.
             by_id[sid] = {"id": sid, "name": sid, "argv": [], "cwd": None, "uid": 0,
                           "cols": 80, "rows": 24, "created": time.time(), "state": "running"}
+        # One call for every unit's state: adoption must not cost a round trip per
+        # session (at 1,000 sessions that would be seconds of blackout).
+        try:
+            units = {n: (a, sub) for n, a, sub in
+                     await self.manager.list_units(UNIT_PREFIX + "*.service")}
+        except ManagerError as exc:
+            log.error("cannot list session units: %s", exc)
+            units = None
         for sid, rec in by_id.items():
             try:
-                await self._adopt_one(rec, masters.pop(sid, []), rings.pop(sid, []))
+                await self._adopt_one(rec, masters.pop(sid, []), rings.pop(sid, []), units)
             except Exception as exc:  # one bad record must not stop the others
                 log.exception("session %s: could not be adopted: %s", sid, exc,
                               extra={"CLOWDER_SESSION": sid, "CLOWDER_CAUSE": "adopt-failed"})
@@ -116,14 +124,15 @@ class Host:
                 for fd in fds:
                     os.close(fd)
                 fdstore.unpark(f"{kind}.{sid}")
-        await self._stop_orphan_units()
+        await self._stop_orphan_units(units or {})
         self._enforce_exited_cap()
         self.save()
         live = sum(1 for s in self.sessions.values() if s.state == "running")
         log.info("adopted %d sessions (%d running)", len(self.sessions), live,
                  extra={"CLOWDER_CAUSE": "start"})
 
-    async def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int]) -> None:
+    async def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int],
+                         units: Optional[dict]) -> None:
         sid = rec["id"]
         for extra in master_fds[1:] + ring_fds[1:]:
             os.close(extra)
@@ -152,7 +161,17 @@ class Host:
         if s.state in ("exited", "lost"):
             if master is not None:  # a crash came between recording the end and closing
                 self._release_master(s)
-            await self.manager.stop(s.unit)
+            if units is None or s.unit in units:
+                await self.manager.stop(s.unit)
+            return
+        if master is not None and units is not None and s.pid \
+                and units.get(s.unit) == ("active", "running") and _in_unit(s.pid, s.unit):
+            # The fast path: the recorded main PID is alive in the session's own unit.
+            s.start_reading(self.loop)
+            if not s.watch_pid(self.loop, s.pid, lambda: self._on_pid_exit(s)):
+                self._on_pid_exit(s)
+            if s.state != "running":
+                s.set_state("running", "adopted after a host restart")
             return
         state = await self.manager.unit_state(s.unit)
         if master is None:
@@ -170,15 +189,10 @@ class Host:
             if s.state != "running":
                 s.set_state("running", "adopted after a host restart")
 
-    async def _stop_orphan_units(self) -> None:
+    async def _stop_orphan_units(self, units: dict) -> None:
         """Stop session units that no session claims: their terminal is gone."""
-        try:
-            units = await self.manager.list_units(UNIT_PREFIX + "*.service")
-        except ManagerError as exc:
-            log.error("cannot list session units: %s", exc)
-            return
         known = {s.unit for s in self.sessions.values()}
-        for name, active, sub in units:
+        for name, (active, sub) in units.items():
             if name not in known:
                 log.warning("stopping orphaned unit %s (%s/%s): no parked terminal", name,
                             active, sub, extra={"CLOWDER_UNIT": name,
@@ -400,6 +414,15 @@ def _check_env(env) -> list[str]:
             raise RequestError(f"invalid environment variable {k!r}", "bad-request")
         out.append(f"{k}={v}")
     return out
+
+
+def _in_unit(pid: int, unit: str) -> bool:
+    """Whether process ``pid`` runs in ``unit``'s cgroup (a reused pid would not)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return any(line.rstrip("\n").endswith("/" + unit) for line in f)
+    except OSError:
+        return False
 
 
 def _uid_of(user: str) -> int:
