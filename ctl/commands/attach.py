@@ -40,26 +40,75 @@ def _size() -> tuple[int, int]:
 class _Session:
     """One attach connection; returns why it ended."""
 
-    def __init__(self, args, key: int):
+    def __init__(self, args, key: int, wakeup: int):
         self.args = args
         self.key = key
+        self.wakeup = wakeup  # readable when a signal arrived (signal.set_wakeup_fd)
         self.out = sys.stdout.buffer
         self.resized = False
+        self.unsent = b""  # keys read just as the host went away: sent after reattaching
 
     def run(self, first: bool) -> tuple[str, object]:
+        self.resized = False  # the Attach below carries the current size
         cols, rows = _size()
-        with Client(self.args.socket) as c:
+        c = None
+        try:
+            c = Client(self.args.socket)
             c.send(protocol.Attach(session=self.args.session, cols=cols, rows=rows,
                                    read_only=self.args.read_only))
             c.recv()  # Attached (errors raise)
+        except (ClientError, OSError) as exc:
+            if c is not None:
+                c.close()
+            if isinstance(exc, RequestFailed) or (first and isinstance(exc, ClientError)):
+                raise  # e.g. no such session, or no host to attach to at all
+            if first:
+                raise ClientError(f"the PTY host closed the connection ({exc})") from None
+            # Reattaching, the host went away again before it answered: wait for it
+            # once more, as after any restart.
+            return "dropped", None
+        with c:
             if not first:
                 self.out.write(b"\x1bc")  # the backlog replays onto a clean screen
-            sel = selectors.DefaultSelector()
-            sel.register(c.sock, selectors.EVENT_READ, "sock")
-            stdin = sys.stdin.fileno()
-            sel.register(stdin, selectors.EVENT_READ, "stdin")
+            # recv() reads whole chunks, so the first Output frames of the backlog (and,
+            # for an ended session, its Exited) may have come with Attached and wait in
+            # c.pending: show them before reading the socket again, or they are lost.
+            pending, c.pending = c.pending, []
+            ended = self._show(pending)
+            if ended:
+                return ended
+            return self._stream(c)
+
+    def _show(self, messages) -> tuple[str, object] | None:
+        """Show what the host sent; ("exited", Exited) once the session has ended."""
+        for msg in messages:
+            if isinstance(msg, protocol.Output):
+                self.out.write(msg.data)
+            elif isinstance(msg, protocol.Exited):
+                self.out.flush()
+                return "exited", msg
+            elif isinstance(msg, protocol.Error) and not msg.fatal:
+                continue  # e.g. input refused on a read-only attach
+            elif isinstance(msg, protocol.Error):
+                raise ClientError(msg.message)
+        self.out.flush()
+        return None
+
+    def _stream(self, c: Client) -> tuple[str, object]:
+        sel = selectors.DefaultSelector()
+        sel.register(c.sock, selectors.EVENT_READ, "sock")
+        stdin = sys.stdin.fileno()
+        sel.register(stdin, selectors.EVENT_READ, "stdin")
+        # Without this, a SIGWINCH would only be noticed when select() next returned:
+        # Python restarts an interrupted select() after running the handler.
+        sel.register(self.wakeup, selectors.EVENT_READ, "signal")
+        try:
+            if self.unsent:
+                data, self.unsent = self.unsent, b""
+                if not self._input(c, data):
+                    return "dropped", None
             while True:
-                for sk, _ in sel.select(timeout=0.5):
+                for sk, _ in sel.select():
                     if sk.data == "sock":
                         try:
                             data = c.sock.recv(1 << 16)
@@ -67,17 +116,16 @@ class _Session:
                             data = b""
                         if not data:
                             return "dropped", None
-                        for msg in c.reader.feed(data):
-                            if isinstance(msg, protocol.Output):
-                                self.out.write(msg.data)
-                            elif isinstance(msg, protocol.Exited):
-                                self.out.flush()
-                                return "exited", msg
-                            elif isinstance(msg, protocol.Error) and not msg.fatal:
-                                continue  # e.g. input refused on a read-only attach
-                            elif isinstance(msg, protocol.Error):
-                                raise ClientError(msg.message)
-                        self.out.flush()
+                        try:
+                            messages = c.reader.feed(data)
+                        except protocol.ProtocolError as exc:
+                            raise ClientError(f"invalid data from the PTY host: {exc}") \
+                                from None
+                        ended = self._show(messages)
+                        if ended:
+                            return ended
+                    elif sk.data == "signal":
+                        _drain(self.wakeup)  # the handler has set self.resized
                     else:
                         data = os.read(stdin, 4096)
                         if not data:
@@ -85,17 +133,63 @@ class _Session:
                             continue
                         if self.key in data:
                             before = data[:data.index(self.key)]
-                            if before and not self.args.read_only:
-                                c.send(protocol.Input(data=before))
-                            c.send(protocol.Detach())
+                            try:
+                                if before and not self.args.read_only:
+                                    c.send(protocol.Input(data=before))
+                                c.send(protocol.Detach())
+                            except OSError:
+                                pass  # the host is gone: detached all the same
                             return "detached", None
-                        if not self.args.read_only:
-                            c.send(protocol.Input(data=data))
+                        if not self.args.read_only and not self._input(c, data):
+                            return "dropped", None
                 if self.resized:
                     self.resized = False
                     cols, rows = _size()
                     if cols and rows and not self.args.read_only:
                         c.send(protocol.Resize(cols=cols, rows=rows))
+        except (BrokenPipeError, ConnectionResetError):
+            # The host went away (a restart) before we read its EOF, and a Resize or
+            # Detach found the connection closed: dropped, as at EOF.
+            return "dropped", None
+        finally:
+            sel.close()
+
+    def _input(self, c: Client, data: bytes) -> bool:
+        """Send keystrokes; False if the connection is gone (they are kept to resend)."""
+        try:
+            c.send(protocol.Input(data=data))
+            return True
+        except (BrokenPipeError, ConnectionResetError):
+            # A restart closed the host's end before we saw its EOF.  These keys did not
+            # reach it (an AF_UNIX write to a closed peer fails whole), so they are sent
+            # once reattached.  Left to propagate, the BrokenPipeError would end the
+            # attach with status 0, as if detached (main takes it for a closed stdout).
+            self.unsent = data
+            return False
+
+
+def _drain(fd: int) -> None:
+    """Empty a non-blocking pipe."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _wait_for_host(path) -> None:
+    """Return once the host answers again (it comes back with the session)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            Client(path).close()
+            return
+        except RequestFailed:
+            raise
+        except ClientError:
+            if time.monotonic() > deadline:
+                raise ClientError("the PTY host did not come back within 60 s")
+            time.sleep(0.1)
 
 
 def run(args) -> int:
@@ -105,8 +199,10 @@ def run(args) -> int:
         args.parser.error(str(exc))
     stdin = sys.stdin.fileno()
     saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
-    session = _Session(args, key)
+    wakeup, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    session = _Session(args, key, wakeup)
     signal.signal(signal.SIGWINCH, lambda *_: setattr(session, "resized", True))
+    old_wakeup = signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
     keyname = args.detach_key
     print(f"[clowder: attached to {args.session}; detach with {keyname}]", file=sys.stderr)
     try:
@@ -119,20 +215,13 @@ def run(args) -> int:
             if why != "dropped":
                 break
             # The host restarted: it comes back with the session; reattach.
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    Client(args.socket).close()
-                    break
-                except RequestFailed:
-                    raise
-                except ClientError:
-                    if time.monotonic() > deadline:
-                        raise ClientError("the PTY host did not come back within 60 s")
-                    time.sleep(0.1)
+            _wait_for_host(args.socket)
     finally:
         if saved is not None:
             termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        signal.set_wakeup_fd(old_wakeup)
+        os.close(wakeup)
+        os.close(wakeup_w)
     if why == "detached":
         print(f"\r\n[clowder: detached from {args.session}]", file=sys.stderr)
         return 0

@@ -1,0 +1,335 @@
+"""Acceptance tests of ``clowderctl attach``, driven through a real pseudo-terminal.
+
+Each test runs the real command on the slave side of a pty we open (its stdin, stdout
+and, unless a test separates it, stderr; the slave is its controlling terminal, so the
+kernel sends it SIGWINCH when we resize), types into the master side and reads what it
+shows there.  The host is the real one under a real systemd, in both scopes (the
+``host`` fixture).  Every wait has a deadline and says what it was waiting for.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import termios
+import time
+
+import pytest
+
+from conftest import PYTHON, wait_for
+
+DETACH = b"\x1c"  # Ctrl-\, the default detach key
+PROMPT = "sh-ready> "
+_WINSZ = struct.Struct("HHHH")
+
+
+def _take_controlling_tty() -> None:
+    """In the child, after setsid(): make the pty on fd 0 our controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Attach:
+    """``clowderctl attach`` running on a pty; the test holds the master side.
+
+    Everything the master reads is accumulated in ``out``; ``expect`` searches it from
+    the end of the previous match, so each expectation is about new output.
+    """
+
+    def __init__(self, host, sid: str, *opts: str, cols: int = 100, rows: int = 30,
+                 separate_stderr: bool = False):
+        self.master, slave = os.openpty()
+        self.set_size(cols, rows)
+        argv = host._as([PYTHON, "-m", "ctl", "--socket", host.socket, "attach", *opts, sid])
+        self.proc = subprocess.Popen(
+            argv, stdin=slave, stdout=slave,
+            stderr=subprocess.PIPE if separate_stderr else slave,
+            env=host.env, cwd="/", start_new_session=True,
+            preexec_fn=_take_controlling_tty)
+        os.close(slave)  # only the child holds it now: its exit is our EOF
+        self.out = bytearray()
+        self.pos = 0
+        self.eof = False
+
+    # --- the terminal -----------------------------------------------------------------
+
+    def set_size(self, cols: int, rows: int) -> None:
+        """Resize the terminal (as a terminal emulator does): SIGWINCH to the client."""
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, _WINSZ.pack(rows, cols, 0, 0))
+
+    def raw(self) -> bool:
+        """Whether the client has put its terminal in raw mode (termios via the master)."""
+        lflag = termios.tcgetattr(self.master)[3]
+        return not lflag & (termios.ICANON | termios.ECHO | termios.ISIG)
+
+    def wait_raw(self) -> None:
+        # Typed bytes must wait for this: tty.setraw() flushes pending input, and before
+        # raw mode Ctrl-\ would be SIGQUIT to the client instead of a detach.
+        wait_for(self.raw, 15, "clowderctl attach to put its terminal in raw mode")
+
+    def type(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    # --- reading ----------------------------------------------------------------------
+
+    def _read(self, timeout: float) -> None:
+        if self.eof:
+            return
+        ready, _, _ = select.select([self.master], [], [], max(0.0, timeout))
+        if not ready:
+            return
+        try:
+            data = os.read(self.master, 1 << 16)
+        except OSError as exc:
+            if exc.errno != errno.EIO:  # EIO: every slave fd is closed (client gone)
+                raise
+            data = b""
+        if data:
+            self.out += data
+        else:
+            self.eof = True
+
+    def expect(self, pattern, timeout: float = 15, what: str = "") -> re.Match:
+        """Wait until ``pattern`` (bytes, or a compiled bytes regex) appears in new output."""
+        regex = pattern if isinstance(pattern, re.Pattern) else re.compile(re.escape(pattern))
+        deadline = time.monotonic() + timeout
+        while True:
+            m = regex.search(self.out, self.pos)
+            if m:
+                self.pos = m.end()
+                return m
+            left = deadline - time.monotonic()
+            if left <= 0 or self.eof:
+                why = "the client closed its terminal" if self.eof else f"{timeout} s passed"
+                pytest.fail(f"{why} before {what or regex.pattern!r} was shown; "
+                            f"attach exit status {self.proc.poll()}; output so far: "
+                            f"{bytes(self.out[-2000:])!r}")
+            self._read(left)
+
+    def finish(self, timeout: float = 15) -> int:
+        """Wait for the client to exit (reading all it shows); its exit status."""
+        deadline = time.monotonic() + timeout
+        while not self.eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pytest.fail(f"clowderctl attach did not exit within {timeout} s; "
+                            f"output so far: {bytes(self.out[-2000:])!r}")
+            self._read(left)
+        try:
+            return self.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"clowderctl attach closed its terminal but did not exit "
+                        f"within {timeout} s")
+
+    def client_pid(self) -> int:
+        """The clowderctl process itself (in the user scope, runuser's child)."""
+        if self.proc.args[0] != "runuser":
+            return self.proc.pid
+        children = f"/proc/{self.proc.pid}/task/{self.proc.pid}/children"
+        return int(wait_for(lambda: open(children).read().split(), 10,
+                            "runuser to start clowderctl")[0])
+
+    def stderr(self) -> bytes:
+        return self.proc.stderr.read() if self.proc.stderr else b""
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        os.close(self.master)
+
+
+@pytest.fixture
+def attach(host):
+    """A factory of ``Attach`` clients of ``host``; any left running are killed."""
+    clients = []
+
+    def start(sid: str, *opts: str, **kw) -> Attach:
+        client = Attach(host, sid, *opts, **kw)
+        clients.append(client)
+        return client
+    yield start
+    for client in clients:
+        client.close()
+
+
+def shell(host, size: str = "80x24") -> str:
+    """A session running an interactive sh that has printed a line and its prompt."""
+    sid = host.spawn("sh", "-c", "echo started-$((1+1)); exec sh -i", env=f"PS1={PROMPT}",
+                     size=size)
+    wait_for(lambda: PROMPT.encode() in host.backlog(sid), 15,
+             f"session {sid}: sh to print its first prompt")
+    return sid
+
+
+def ready(client: Attach) -> None:
+    """Wait until the client is attached, in raw mode, and has replayed the backlog."""
+    client.wait_raw()
+    client.expect(b"started-2", what="the session's backlog")
+    client.expect(PROMPT.encode(), what="the backlog's prompt")
+
+
+# --- the tests ----------------------------------------------------------------------------
+
+
+def test_banner_backlog_and_typing(host, attach):
+    sid = shell(host)
+    a = attach(sid)
+    a.expect(re.compile(rb"attached to " + sid.encode() + rb".*detach with \^\\"),
+             what="the banner naming the detach key")
+    ready(a)
+    a.type(b"echo hi-$((40+2))\r")
+    # The pty echoes the command as typed; only the shell's answer says "hi-42".
+    a.expect(b"hi-42", what="the shell's answer to what was typed")
+    a.expect(PROMPT.encode(), what="the next prompt")
+    a.type(DETACH)
+    assert a.finish() == 0
+
+
+def test_client_size_reaches_session_and_so_does_a_resize(host, attach):
+    sid = shell(host, size="80x24")
+    a = attach(sid, cols=123, rows=37)
+    ready(a)
+    assert (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (123, 37)
+    a.type(b"stty size\r")
+    a.expect(b"37 123\r", what="stty size in the session: the attaching terminal's size")
+    a.set_size(140, 50)
+    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (140, 50), 10,
+             "the resize of the client's terminal to reach the session")
+    a.type(b"stty size\r")
+    a.expect(b"50 140\r", what="stty size in the session after the resize")
+    a.type(DETACH)
+    assert a.finish() == 0
+
+
+@pytest.mark.parametrize("key", ["default", "^]"])
+def test_detach_key_leaves_session_running(host, attach, key):
+    sid = shell(host)
+    pid = host.ps()[sid]["pid"]
+    opts = () if key == "default" else ("--detach-key", key)
+    shown = "^\\" if key == "default" else key
+    a = attach(sid, *opts, separate_stderr=True)
+    ready(a)
+    if key != "default":
+        # Only the chosen key detaches: Ctrl-\ goes to the session like any other key.
+        a.type(DETACH)
+    a.type(b"echo before-$((1+2))\r")
+    a.expect(b"before-3", what="the shell's answer before the detach")
+    # Input in the same read as the key, before it, still reaches the session.
+    a.type(b"echo typed-with-key-$((2+2))\r" + (DETACH if key == "default" else b"\x1d"))
+    assert a.finish() == 0, "detaching is a success"
+    err = a.stderr()
+    assert f"detach with {shown}".encode() in err, err
+    assert b"detached" in err, err
+    assert b"[clowder:" not in a.out, "messages belong on stderr, not in the session's output"
+    assert not a.raw(), "the terminal was left in raw mode"
+    wait_for(lambda: b"typed-with-key-4" in host.backlog(sid), 10,
+             "the input typed just before the detach key to reach the session")
+    info = host.ps()[sid]
+    assert info["state"] == "running" and info["pid"] == pid
+
+
+def test_read_only_sends_no_input(host, attach):
+    sid = shell(host, size="80x24")
+    a = attach(sid, "--read-only", cols=61, rows=19)
+    ready(a)
+    a.type(b"echo ro-$((1+1))\r")
+    a.type(DETACH)
+    # The client has read (and dropped) everything typed before the key once it exits.
+    assert a.finish() == 0
+    # A marker sent another way: once the shell has answered it, anything the read-only
+    # client had let through would be in the backlog before it.
+    host.ctl("send", sid, "echo marker-$((2+3))\r")
+    wait_for(lambda: b"marker-5" in host.backlog(sid), 10, "the shell to answer the marker")
+    backlog = host.backlog(sid)
+    assert b"ro-" not in backlog, backlog
+    info = host.ps()[sid]
+    assert (info["cols"], info["rows"]) == (80, 24), "a read-only attach resized the session"
+
+
+def test_read_only_watches_live_output(host, attach):
+    sid = shell(host)
+    a = attach(sid, "--read-only")
+    ready(a)
+    host.ctl("send", sid, "echo live-$((3+4))\r")
+    a.expect(b"live-7", what="live output on the read-only attach")
+    a.type(DETACH)
+    assert a.finish() == 0
+
+
+@pytest.mark.parametrize("how,code", [("exit 7", 7), ("kill -9 $$", 128 + 9)])
+def test_exit_while_attached_gives_program_status(host, attach, how, code):
+    sid = shell(host)
+    a = attach(sid)
+    ready(a)
+    a.type(how.encode() + b"\r")
+    assert a.finish() == code
+    assert re.search(rb"session " + sid.encode() + rb" ended", a.out), bytes(a.out)
+    assert not a.raw(), "the terminal was left in raw mode"
+    info = host.ps()[sid]
+    assert info["state"] == "exited"
+
+
+def test_attach_to_ended_session_shows_backlog_and_status(host, attach):
+    sid = host.spawn("sh", "-c", "echo done-$((2+3)); exit 5")
+    wait_for(lambda: host.ps()[sid]["state"] == "exited", 15, f"session {sid} to end")
+    a = attach(sid)
+    a.expect(b"done-5", what="the ended session's backlog")
+    assert a.finish() == 5
+
+
+def test_reconnects_after_host_restart(host, attach):
+    sid = shell(host)
+    pid = host.ps()[sid]["pid"]
+    a = attach(sid)
+    ready(a)
+    a.type(b"echo first-$((1+1))\r")
+    a.expect(b"first-2", what="the shell's answer before the restart")
+    host.restart()
+    # Reattached: the client clears the screen and the backlog is replayed onto it.
+    a.expect(b"\x1bc", timeout=30, what="the client to reattach after the restart")
+    a.expect(b"first-2", what="the backlog replayed after reattaching")
+    assert a.proc.poll() is None, "attach exited during the host restart"
+    a.type(b"echo after-$((6*7))\r")
+    a.expect(b"after-42", what="typed input to work again after the restart")
+    a.set_size(90, 33)
+    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (90, 33), 10,
+             "a resize to reach the session after the restart")
+    a.type(DETACH)
+    assert a.finish() == 0
+    info = host.ps()[sid]
+    assert info["state"] == "running" and info["pid"] == pid
+
+
+def test_keys_typed_as_the_host_goes_away_are_delivered(host, attach):
+    """The client finds its keys and its dropped connection ready at once, keys first."""
+    sid = shell(host)
+    a = attach(sid)
+    ready(a)
+    # Stopped, the client reads nothing: the keys wait in its terminal, then the host's
+    # end of the connection closes.  Resumed, it reads the keys before it sees the EOF,
+    # so it writes them to the closed connection.
+    pid = a.client_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+                 == "T", 10, "clowderctl attach to be stopped")
+        a.type(b"echo during-$((2+3))\r")
+        host.restart()
+    finally:
+        # The whole group: runuser (user scope) stops itself when its child stops.
+        os.killpg(a.proc.pid, signal.SIGCONT)
+    a.expect(b"\x1bc", timeout=30, what="the client to reattach after the restart")
+    a.expect(b"during-5", what="the keys typed as the host went away, sent after reattaching")
+    assert a.proc.poll() is None, f"attach exited ({a.proc.returncode}) over the restart"
+    a.type(b"echo after-$((6*7))\r")
+    a.expect(b"after-42", what="typed input to work after the restart")
+    a.type(DETACH)
+    assert a.finish() == 0
