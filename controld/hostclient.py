@@ -26,7 +26,9 @@ class HostError(Exception):
         self.code = code
 
 
-async def _open(path: str, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_host(path: str, timeout: float
+                    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the host that has passed the handshake."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), timeout)
         writer.write(protocol.encode(protocol.Hello(version=protocol.PROTOCOL_VERSION,
@@ -64,7 +66,7 @@ class HostConnection:
             for attempt in (1, 2):
                 try:
                     if self._conn is None:
-                        self._conn = await _open(self.path, self.timeout)
+                        self._conn = await open_host(self.path, self.timeout)
                     reader, writer = self._conn
                     writer.write(protocol.encode(msg))
                     reply = await asyncio.wait_for(_read(reader), self.timeout)
@@ -110,7 +112,7 @@ class SessionWatch:
         delay = 0.05
         while True:
             try:
-                reader, writer = await _open(self.path, 30.0)
+                reader, writer = await open_host(self.path, 30.0)
             except HostError as exc:
                 log.warning("watching %s: %s", self.session, exc)
                 await asyncio.sleep(delay)

@@ -15,6 +15,7 @@ import struct
 
 from ptyhostd import __version__, protocol
 
+from .hostclient import HostError, open_host
 from .supervisor import Supervisor
 
 log = logging.getLogger("clowder-control")
@@ -54,12 +55,53 @@ class ControlServer:
                         version=protocol.PROTOCOL_VERSION,
                         server=f"clowder-control {__version__}", uid=uid)))
                     continue
+                if isinstance(msg, protocol.Attach):
+                    await self._proxy_attach(msg, uid, reader, writer)
+                    break
                 writer.write(protocol.encode(await self._answer(msg, uid)))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
+
+    async def _proxy_attach(self, msg: protocol.Attach, uid: int,
+                            reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        """Attach to an agent (``NAME`` or ``NAME/SHELL``) on the host, through us.
+
+        After the host accepts, bytes are copied both ways unchanged; when this daemon
+        restarts the client re-attaches (and is repainted) like after a host restart.
+        """
+        if uid not in (0, self.uid):
+            writer.write(protocol.encode(protocol.Error(
+                message=f"uid {uid} may not attach to agents", code="permission")))
+            return
+        sid = self.supervisor.session_of(msg.session)
+        if sid is None:
+            writer.write(protocol.encode(protocol.Error(
+                message=f"no running agent or shell {msg.session!r}", code="no-session")))
+            return
+        try:
+            host_reader, host_writer = await open_host(self.supervisor.host_path, 30.0)
+        except HostError as exc:
+            writer.write(protocol.encode(protocol.Error(message=str(exc), code="host")))
+            return
+        host_writer.write(protocol.encode(protocol.Attach(
+            session=sid, cols=msg.cols, rows=msg.rows, read_only=msg.read_only,
+            replay=msg.replay)))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(1 << 16):
+                dst.write(data)
+                await dst.drain()
+        tasks = [asyncio.ensure_future(pipe(host_reader, writer)),
+                 asyncio.ensure_future(pipe(reader, host_writer))]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+            host_writer.close()
 
     async def _answer(self, msg: protocol.Message, uid: int) -> protocol.Message:
         P = protocol

@@ -309,6 +309,15 @@ class Supervisor:
             await self._forget(sid)
         self.event(name, f"stopped: {cause}", "stop", rec.session or "")
 
+    def session_of(self, ref: str) -> Optional[str]:
+        """The running session of ``AGENT`` or ``AGENT/SHELL``, if any."""
+        name, _, role = ref.partition("/")
+        rt = self.runtimes.get(name)
+        rec = self.registry.get(name)
+        if rt is None or rec is None or role not in rt.watches:
+            return None
+        return rec.shells.get(role) if role else rec.session
+
     # --- status ------------------------------------------------------------------------
 
     def agent_status(self, name: str, sessions: Optional[dict] = None) -> dict:

@@ -198,3 +198,28 @@ def test_journal_filters_by_agent(host, control):
     causes = {e.get("CLOWDER_CAUSE") for e in events}
     assert {"spawn", "adopt"} <= causes, causes
     assert all("MESSAGE" in e and e.get("CLOWDER_SESSION") for e in entries)
+
+
+def test_attach_through_control_survives_its_restart(host, control):
+    """Attached through clowder-control, a restart of that daemon is a reconnect and a
+    repaint (the backlog replayed), and typing carries on."""
+    from test_attach import DETACH, Attach
+    control.write_config("agents:\n" + agent_yaml(
+        "tty", ["sh", "-c", "echo agent-up; PS1='tty$ ' exec sh -i"], control.workdir))
+    info = control.wait_running(["tty"])["tty"]
+    a = Attach(host, "tty", "--agent")
+    try:
+        a.wait_raw()
+        a.expect(b"agent-up", what="the agent's backlog through clowder-control")
+        a.type(b"echo one-$((1+1))\r")
+        a.expect(b"one-2", what="typing through clowder-control")
+        control.restart()
+        a.expect(b"\x1bc", timeout=30, what="the client to reattach after the restart")
+        a.expect(b"one-2", what="the repaint after reattaching")
+        a.type(b"echo two-$((2+2))\r")
+        a.expect(b"two-4", what="typing after clowder-control restarted")
+        a.type(DETACH)
+        assert a.finish() == 0
+    finally:
+        a.close()
+    assert control.agents()["tty"]["pid"] == info["pid"]

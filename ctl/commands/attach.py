@@ -10,12 +10,15 @@ import tty
 
 from ptyhostd import protocol
 
-from ..client import Client, ClientError, RequestFailed
+from ..client import Client, ClientError, RequestFailed, default_control_socket
 
 
 def add_parser(sub):
     p = sub.add_parser("attach", help="attach this terminal to a session")
-    p.add_argument("session", metavar="ID")
+    p.add_argument("session", metavar="ID",
+                   help="a session id or name; with --agent, AGENT or AGENT/SHELL")
+    p.add_argument("--agent", action="store_true",
+                   help="attach to an agent (or AGENT/SHELL) through clowder-control")
     p.add_argument("--read-only", action="store_true", help="watch; send no input")
     p.add_argument("--detach-key", default="^\\",
                    help="the key that detaches, as ^X (default ^\\, i.e. Ctrl-backslash)")
@@ -53,7 +56,7 @@ class _Session:
         cols, rows = _size()
         c = None
         try:
-            c = Client(self.args.socket)
+            c = Client(self.args.target)
             c.send(protocol.Attach(session=self.args.session, cols=cols, rows=rows,
                                    read_only=self.args.read_only))
             c.recv()  # Attached (errors raise)
@@ -197,6 +200,9 @@ def run(args) -> int:
         key = parse_key(args.detach_key)
     except ValueError as exc:
         args.parser.error(str(exc))
+    # Through clowder-control, a restart of that daemon is one more dropped connection.
+    args.target = (args.control_socket or default_control_socket()) if args.agent \
+        else args.socket
     stdin = sys.stdin.fileno()
     saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
     wakeup, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -215,7 +221,7 @@ def run(args) -> int:
             if why != "dropped":
                 break
             # The host restarted: it comes back with the session; reattach.
-            _wait_for_host(args.socket)
+            _wait_for_host(args.target)
     finally:
         if saved is not None:
             termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
