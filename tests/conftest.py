@@ -64,7 +64,9 @@ class Env:
             self.socket = "/run/clowder/ptyhost.sock"
             self.env = dict(os.environ)
         else:
-            self.uid = ensure_user(TEST_USER, 1500)
+            # systemd-journal: the instance's journal is volatile, so not split per user;
+            # on a real machine a user reads their own units' logs without it.
+            self.uid = ensure_user(TEST_USER, 1500, "systemd-journal")
             self.run_user = TEST_USER
             runtime = f"/run/user/{self.uid}"
             subprocess.run(["systemctl", "start", f"user@{self.uid}.service"], check=True)

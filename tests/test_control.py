@@ -198,6 +198,10 @@ def test_journal_filters_by_agent(host, control):
     causes = {e.get("CLOWDER_CAUSE") for e in events}
     assert {"spawn", "adopt"} <= causes, causes
     assert all("MESSAGE" in e and e.get("CLOWDER_SESSION") for e in entries)
+    # clowderctl logs is the same filter, for people.
+    out = host.ctl("logs", "logme").stdout.decode()
+    assert "agent logme: spawned" in out and "agent logme:" in out
+    assert "agent other:" not in out
 
 
 def test_attach_through_control_survives_its_restart(host, control):
