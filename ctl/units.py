@@ -33,6 +33,8 @@ StartLimitIntervalSec=0
 Type=notify
 NotifyAccess=main
 ExecStart={exec_start} --{scope}
+# reload = an in-place hand-off to the installed code: same PID, every session kept.
+ExecReload=/bin/kill -HUP $MAINPID
 # Pty masters, backlog rings and the manifest wait here across restarts and crashes.
 FileDescriptorStoreMax=16384
 LimitNOFILE=65536

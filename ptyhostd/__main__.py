@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 
-from . import __version__, fdstore
+from . import __version__, fdstore, handoff
 from .connection import Connection
 from .host import Config, Host
 from .log import setup as setup_logging
@@ -31,6 +31,8 @@ def _parse(argv):
                    default=int(os.environ.get("CLOWDER_BACKLOG_BYTES", 4 << 20)),
                    help="raw output kept per session (default 4 MiB)")
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
+    p.add_argument("--check-handoff", action="store_true",
+                   help="(internal) dry-run restore of a running host's state, for reload")
     args = p.parse_args(argv)
     if args.user is None:
         args.user = os.getuid() != 0
@@ -63,8 +65,10 @@ def _listeners(stored: dict[str, list[int]], path: str | None) -> list[socket.so
 
 async def _serve(args) -> None:
     loop = asyncio.get_running_loop()
-    stored = fdstore.inherited()
+    handed = handoff.inherited()
+    stored = handed if handed is not None else fdstore.inherited()
     listeners = _listeners(stored, args.socket)
+    listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user), parked)
@@ -75,9 +79,14 @@ async def _serve(args) -> None:
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: log.warning(
-        "SIGHUP: in-place reload is not supported by this version; ignored"))
-    fdstore.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions")
+    # systemctl reload (ExecReload sends SIGHUP): hand off to the installed code.
+    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(
+        host.handoff(listener_fds)))
+    how = "after a hand-off" if handed is not None else ""
+    if handed is not None:
+        log.info("ptyhostd %s took over by hand-off: %d sessions", __version__,
+                 len(host.sessions), extra={"CLOWDER_CAUSE": "handoff"})
+    fdstore.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
     await stop.wait()
     fdstore.notify("STOPPING=1")
     await host.shutdown()
@@ -85,6 +94,8 @@ async def _serve(args) -> None:
 
 def main(argv=None) -> None:
     args = _parse(argv)
+    if args.check_handoff:
+        sys.exit(handoff.check_main())
     setup_logging("ptyhostd")
     try:
         asyncio.run(_serve(args))

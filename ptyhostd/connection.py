@@ -14,7 +14,7 @@ import socket
 import struct
 from typing import Optional
 
-from . import __version__, protocol
+from . import __version__, handoff, protocol
 from .pty import write_some
 from .host import Host, RequestError
 from .session import Attachment, Session
@@ -196,6 +196,13 @@ class Connection(asyncio.Protocol):
             self.send(P.Ok())
         elif isinstance(msg, P.Attach):
             self._attach(msg)
+        elif isinstance(msg, P.UpgradeCheck):
+            try:
+                report = await self.host.check_handoff()
+                self.send(P.CheckReport(ok=True, message="the installed code would take over",
+                                        version=__version__, new_version=report["version"]))
+            except handoff.HandoffError as exc:
+                self.send(P.CheckReport(ok=False, message=str(exc), version=__version__))
         elif isinstance(msg, P.Detach):
             self.send(P.Ok())
             self.close_after_flush()

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from . import fdstore, protocol, pty
+from . import fdstore, handoff, protocol, pty
 from .fd import Fd
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
@@ -52,6 +52,8 @@ class Host:
         self.loop = asyncio.get_running_loop()
         self.uid = os.getuid()
         self._tasks: set[asyncio.Task] = set()
+        self._handing_off = False
+        self.last_handoff_error = ""
 
     # --- persistence -------------------------------------------------------------------
 
@@ -244,7 +246,7 @@ class Host:
         try:
             result = await self.manager.start_session(
                 s.unit, argv, tty, req.cwd, env, user,
-                f"clowder session {name}: {' '.join(argv)[:200]}")
+                _printable(f"clowder session {name}: {' '.join(argv)}")[:200])
         except ManagerError as exc:
             await self._discard(s, f"start failed: {exc}")
             raise RequestError(f"cannot start {argv[0]!r}: {exc}", "spawn") from exc
@@ -365,6 +367,43 @@ class Host:
             s.cols, s.rows = cols, rows
             self.save()
 
+    # --- hand-off (systemctl reload) -----------------------------------------------------
+
+    def parked(self) -> dict[str, list[int]]:
+        """Every fd this host keeps across an exec, by its FD store name."""
+        fds: dict[str, list[int]] = {slot: [fd.fileno()] for slot, fd in self.manifest.fds.items()}
+        for s in self.sessions.values():
+            fds[f"r.{s.id}"] = [s.ring.fd.fileno()]
+            if s.master is not None:
+                fds[f"m.{s.id}"] = [s.master.fileno()]
+        return fds
+
+    async def check_handoff(self) -> dict:
+        """The installed code's verdict on taking over from us (HandoffError if refused)."""
+        return await self.loop.run_in_executor(None, handoff.run_check, self.parked(),
+                                               self.manifest)
+
+    async def handoff(self, listeners: dict[str, list[int]]) -> None:
+        """Become the installed code in this same process, or say why not and carry on."""
+        if self._handing_off:
+            return
+        self._handing_off = True
+        fdstore.notify("RELOADING=1\nSTATUS=checking the new code")
+        try:
+            report = await self.check_handoff()
+            log.info("hand-off to ptyhostd %s: check passed (%d sessions)", report["version"],
+                     report["sessions"], extra={"CLOWDER_CAUSE": "handoff"})
+            self.save()
+            handoff.execute({**self.parked(), **listeners})  # returns only on failure
+        except handoff.HandoffError as exc:
+            self.last_handoff_error = str(exc)
+            log.error("hand-off refused, the running code keeps serving: %s", exc,
+                      extra={"CLOWDER_CAUSE": "handoff-refused"})
+        finally:
+            self._handing_off = False
+        fdstore.notify(f"READY=1\nSTATUS=serving {len(self.sessions)} sessions "
+                       f"(hand-off refused)")
+
     # --- stop ---------------------------------------------------------------------------
 
     async def shutdown(self) -> None:
@@ -414,6 +453,11 @@ def _check_env(env) -> list[str]:
             raise RequestError(f"invalid environment variable {k!r}", "bad-request")
         out.append(f"{k}={v}")
     return out
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters as spaces (a unit description is one line)."""
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def _in_unit(pid: int, unit: str) -> bool:

@@ -195,6 +195,13 @@ class Remove(Message):
     session: str
 
 
+@_register
+class UpgradeCheck(Message):
+    """Run the hand-off pre-check against the installed code, change nothing. -> CheckReport."""
+
+    KIND = 211
+
+
 # 3xx: replies and streams (host -> client)
 
 
@@ -299,6 +306,17 @@ class StatusReport(Message):
     unclaimed: list = field(default_factory=list)
     problems: list = field(default_factory=list)
     host: dict = field(default_factory=dict)
+
+
+@_register
+class CheckReport(Message):
+    """Host -> client: whether a hand-off to the installed code would be accepted."""
+
+    KIND = 306
+    ok: bool
+    message: str
+    version: str = ""
+    new_version: str = ""
 
 
 SESSION_FIELDS = (

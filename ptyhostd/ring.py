@@ -96,6 +96,18 @@ class Ring:
             _QQ.pack_into(mm, _OFF_HEAD, ring.head, 0)
         return ring
 
+    @staticmethod
+    def inspect(raw_fd: int, name: str) -> tuple[int, int]:
+        """(capacity, head) of a parked ring, read without changing anything."""
+        size = os.fstat(raw_fd).st_size
+        header = os.pread(raw_fd, _HEADER.size, 0)
+        if len(header) < _HEADER.size:
+            raise RingError(f"ring {name}: memfd of {size} bytes is too small")
+        magic, capacity, head, _pending, _at = _HEADER.unpack(header)
+        if magic != MAGIC or DATA + capacity != size:
+            raise RingError(f"ring {name}: bad header (magic {magic!r}, capacity {capacity})")
+        return capacity, head
+
     def _region(self, start: int, length: int) -> list:
         """Views of the ring bytes [start, start+length), split where the ring wraps."""
         pos = start % self.capacity

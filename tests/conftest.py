@@ -145,7 +145,8 @@ class Env:
     def session_units(self) -> list[str]:
         out = self.systemctl("list-units", "--all", "--plain", "--no-legend",
                              "clowder-session-*").stdout.decode()
-        return [line.split()[0] for line in out.splitlines() if line.strip()]
+        return [line.split()[0] for line in out.splitlines()
+                if line.startswith("clowder-session-")]
 
     def ps(self, user=None) -> dict:
         return {s["id"]: s for s in json.loads(self.ctl("ps", "--json", user=user).stdout)}

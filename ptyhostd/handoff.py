@@ -1,0 +1,154 @@
+"""In-place hand-off: ``systemctl reload clowder-ptyhost`` runs newly installed code in the
+same process (same main PID), carrying every parked fd.
+
+The sequence (``Handoff.run``), each failure leaving the old code serving:
+1. check: the *new* code runs once as a separate process (``--check-handoff``) on a copy
+   of the manifest and on the rings (read-only); it must parse them, restore them in a
+   dry run, and report a version that is not older than ours;
+2. the manifest is written, close-on-exec is cleared on every fd to keep, and their names
+   go into ``$CLOWDER_HANDOFF`` (``name=fd,...``);
+3. ``execve`` of the same interpreter and arguments; the new code adopts the fds exactly
+   as it adopts those systemd gives back after a restart, then sends READY=1.
+A failed exec returns here with nothing lost.  A new code that passes the check and then
+fails its real restore exits; systemd restarts it (Restart=always) from the FD store,
+which still holds everything: only the time of the restart is lost.
+Client connections are not carried: clients reconnect and are repainted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+from . import __version__
+from .manifest import SLOTS, Manifest, ManifestError
+from .ring import Ring, RingError
+
+log = logging.getLogger("ptyhostd")
+
+HANDOFF_VERSION = 1  # bump when what crosses the exec changes meaning
+ENV = "CLOWDER_HANDOFF"
+CHECK_ENV = "CLOWDER_HANDOFF_CHECK"
+CHECK_TIMEOUT = 10.0
+
+
+class HandoffError(Exception):
+    """The hand-off was refused; the message says why, the old code keeps serving."""
+
+
+def _version_tuple(text: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else 0 for p in text.split("."))
+
+
+def encode_fds(fds: dict[str, list[int]]) -> str:
+    return ",".join(f"{name}={fd}" for name, group in fds.items() for fd in group)
+
+
+def decode_fds(text: str) -> dict[str, list[int]]:
+    """``name=fd,...`` as {name: [fd, ...]}; raises ValueError on a malformed value."""
+    out: dict[str, list[int]] = {}
+    for item in filter(None, text.split(",")):
+        name, _, fd = item.rpartition("=")
+        if not name:
+            raise ValueError(f"malformed hand-off entry {item!r}")
+        out.setdefault(name, []).append(int(fd))
+    return out
+
+
+def inherited() -> dict[str, list[int]] | None:
+    """The fds a previous instance of us handed over by exec, if this is a hand-off."""
+    text = os.environ.pop(ENV, None)
+    if text is None:
+        return None
+    fds = decode_fds(text)
+    for group in fds.values():
+        for fd in group:
+            os.set_inheritable(fd, False)
+    return fds
+
+
+# --- the check, run by the new code as its own process ------------------------------------
+
+def check_main() -> int:
+    """``ptyhostd --check-handoff``: dry-run restore of what $CLOWDER_HANDOFF_CHECK names."""
+    try:
+        fds = decode_fds(os.environ.get(CHECK_ENV, ""))
+        manifest_fds = {n: g[0] for n, g in fds.items() if n in SLOTS}
+        sessions = []
+        if manifest_fds:
+            _, content = Manifest.adopt(manifest_fds)
+            sessions = content.get("sessions", [])
+        for name, group in fds.items():
+            if name.startswith("r."):
+                Ring.inspect(group[0], name[2:])
+        if not isinstance(sessions, list):
+            raise ManifestError("sessions is not a list")
+    except (ManifestError, RingError, ValueError, OSError) as exc:
+        print(f"hand-off check failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"version": __version__, "handoff": HANDOFF_VERSION,
+                      "sessions": len(sessions)}))
+    return 0
+
+
+def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
+    """Run the installed code's check on a copy of our state; its report, or HandoffError."""
+    copies = {}
+    try:
+        for slot, holder in manifest.fds.items():
+            copy = os.memfd_create(f"clowder-check-{slot}", os.MFD_CLOEXEC)
+            data = os.pread(holder.fileno(), 1 << 30, 0)
+            os.write(copy, data)
+            copies[slot] = [copy]
+        rings = {n: g[:1] for n, g in parked.items() if n.startswith("r.")}
+        passed = {**copies, **rings}
+        keep = [fd for g in passed.values() for fd in g]
+        env = {**os.environ, CHECK_ENV: encode_fds(passed)}
+        env.pop("NOTIFY_SOCKET", None)  # the check must not talk to systemd as us
+        try:
+            proc = subprocess.run([sys.executable, "-m", "ptyhostd", "--check-handoff"],
+                                  env=env, pass_fds=keep, capture_output=True, text=True,
+                                  timeout=CHECK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise HandoffError(f"the new code's check did not finish in {CHECK_TIMEOUT} s") \
+                from None
+        except OSError as exc:
+            raise HandoffError(f"the new code cannot be started: {exc}") from None
+    finally:
+        for group in copies.values():
+            os.close(group[0])
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise HandoffError(f"the new code failed its check: {why}")
+    try:
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        new_version, new_handoff = str(report["version"]), int(report["handoff"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise HandoffError(f"the new code's check answered nonsense: {proc.stdout!r}") \
+            from None
+    if _version_tuple(new_version) < _version_tuple(__version__):
+        raise HandoffError(f"refusing a downgrade from {__version__} to {new_version}")
+    if new_handoff < HANDOFF_VERSION:
+        raise HandoffError(f"the new code speaks hand-off {new_handoff}, "
+                           f"this one {HANDOFF_VERSION}")
+    return report
+
+
+def execute(keep: dict[str, list[int]]) -> None:
+    """Exec the installed code with ``keep`` inherited; returns only if the exec failed."""
+    fds = [fd for group in keep.values() for fd in group]
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    os.environ[ENV] = encode_fds(keep)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "ptyhostd", *sys.argv[1:]])
+    except OSError as exc:
+        os.environ.pop(ENV, None)
+        for fd in fds:
+            os.set_inheritable(fd, False)
+        raise HandoffError(f"exec of the new code failed: {exc}") from exc

@@ -1,0 +1,941 @@
+"""The terminal model of a session: pyte behind a small seam, with pyte's gaps filled.
+
+A ``Screen`` is fed a session's raw pty output (``feed``), follows its size
+(``resize``) and, on demand, renders what a terminal showing that output looks like:
+``repaint()`` as VT bytes for a client that attaches, ``snapshot()`` as text, ANSI or
+HTML.  It is slow (pure Python) and must stay off the byte path: the host feeds it on
+its own time and only reads it when a client attaches.
+
+pyte keeps the cells; its parser is not used.  A tokenizer here cuts the bytes into
+text, controls and whole escape sequences and calls the grid's methods itself, so that:
+
+- a half-received sequence (or UTF-8 character) is held back until it completes, and
+  ``pending`` hands it to a host that must send it after the repaint;
+- sequences pyte gets wrong never reach it: private SGR (``CSI ? 4 m`` made pyte raise
+  and drop the rest of the chunk), ``CSI > 4;2 m`` (modifyOtherKeys, not underline),
+  DCS/APC/PM/SOS strings (drawn as text by pyte), terminal queries (ignored here, and
+  never re-sent since a repaint is rebuilt from state);
+- what pyte lacks is done beside it: the alternate screen (47/1047/1048/1049, pyte#90)
+  as a second buffer swapped in and out, SU/SD, REP, dim and hidden, the title stack,
+  keypad and keyboard modes, cursor style, colours set by OSC.
+
+The fixes inside pyte's screen (``_Grid``) are listed on its methods.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import defaultdict
+from typing import NamedTuple, Optional
+
+import pyte
+from pyte import modes as mo
+from pyte.screens import Margins
+from wcwidth import wcwidth
+
+from . import screen_render
+from .screen_render import BLANK, Cell, NAMES, CHARSET_CODES
+
+MAX_STRING = 64 * 1024  # longest OSC/DCS held whole; longer ones are skipped to their end
+MAX_PARAMS = 1024  # a longer unfinished CSI is garbage, not a sequence to wait for
+MAX_REPEAT = 65536
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
+_CSI = re.compile(rb"\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])")
+_CSI_START = re.compile(rb"\x1b\[[\x30-\x3f]*[\x20-\x2f]*")
+_ESC = re.compile(rb"\x1b([\x20-\x2f]*)([\x30-\x7e])")
+_ESC_START = re.compile(rb"\x1b[\x20-\x2f]*")
+_STRING_END = re.compile(rb"[\x07\x18\x1a\x1b]")
+_STRINGS = b"]P_^X"  # OSC, DCS, APC, PM, SOS
+_SKIP_OPENER = {0x5D: b"\x1b]_;"}  # an OSC no one acts on: its tail is never dispatched
+# Cursor movement and editing: they end a pending wrap, as in xterm.
+_UNWRAP = frozenset(b"@ABCDEFGHIJKLMPSTXZ`abdef")
+
+
+class Saved(NamedTuple):
+    """What DECSC saves (one slot per buffer, as in xterm)."""
+    x: int
+    y: int
+    attrs: Cell
+    origin: bool
+    g0: str
+    g1: str
+    charset: int
+
+
+def _params(raw: bytes) -> list:
+    """CSI parameters: an int, None for an empty one, or a list for colon sub-parameters."""
+    out = []
+    for field in raw.split(b";"):
+        if b":" in field:
+            out.append([min(int(p), 9999) if p.isdigit() else None for p in field.split(b":")])
+        else:
+            out.append(min(int(field), 9999) if field.isdigit() else None)
+    return out
+
+
+def _ints(params: list) -> list:
+    """Parameters as pyte takes them: plain ints, 0 for empty, first of any sub-parameters."""
+    return [(p[0] if isinstance(p, list) else p) or 0 for p in params]
+
+
+def _colour(args: list) -> Optional[str]:
+    """A colour from the parameters after 38/48: ``5;N`` or ``2;R;G;B`` (with an optional colour space)."""
+    if not args or any(isinstance(a, list) for a in args):
+        return None
+    if args[0] == 5 and len(args) >= 2 and args[1] is not None:
+        return f"i{min(args[1], 255)}"
+    if args[0] == 2 and len(args) >= 4:
+        r, g, b = (min(v or 0, 255) for v in args[-3:])
+        return f"{r:02x}{g:02x}{b:02x}"
+    return None
+
+
+_FLAGS = {1: ("bold", True), 2: ("dim", True), 3: ("italics", True), 4: ("underscore", True),
+          5: ("blink", True), 6: ("blink", True), 7: ("reverse", True), 8: ("hidden", True),
+          9: ("strikethrough", True), 21: ("underscore", True), 23: ("italics", False),
+          24: ("underscore", False), 25: ("blink", False), 27: ("reverse", False),
+          28: ("hidden", False), 29: ("strikethrough", False)}
+
+
+def apply_sgr(attrs: Cell, params: list) -> Cell:
+    """The attributes after an SGR: pyte's plus dim, hidden, colon forms and SGR 100-107."""
+    change = {}
+    i = 0
+    while i < len(params):
+        p = params[i]
+        i += 1
+        if isinstance(p, list):
+            code, sub = p[0] or 0, p[1:]
+            if code in (38, 48):
+                colour = _colour(sub)
+                if colour:
+                    change["fg" if code == 38 else "bg"] = colour
+            elif code == 4:
+                change["underscore"] = not sub or sub[0] != 0
+            continue
+        code = p or 0
+        if code == 0:
+            change = dict(zip(Cell._fields[1:], BLANK[1:]))
+        elif code in _FLAGS:
+            name, value = _FLAGS[code]
+            change[name] = value
+        elif code == 22:
+            change["bold"] = change["dim"] = False
+        elif 30 <= code <= 37 or 90 <= code <= 97:
+            change["fg"] = NAMES[code - 30 if code < 90 else code - 82]
+        elif 40 <= code <= 47 or 100 <= code <= 107:
+            change["bg"] = NAMES[code - 40 if code < 100 else code - 92]
+        elif code == 39:
+            change["fg"] = "default"
+        elif code == 49:
+            change["bg"] = "default"
+        elif code in (38, 48, 58):
+            kind = params[i] if i < len(params) else None
+            take = 2 if kind == 5 else 4 if kind == 2 else 1
+            colour = _colour(params[i:i + take])
+            i += take
+            if colour and code != 58:  # 58: underline colour, not kept
+                change["fg" if code == 38 else "bg"] = colour
+    return attrs._replace(**change) if change else attrs
+
+
+class _Grid(pyte.Screen):
+    """pyte's screen with the fixes a real terminal needs."""
+
+    @property
+    def default_char(self) -> Cell:
+        """A blank; reverse video (DECSCNM) is the client terminal's job, not baked into cells."""
+        return BLANK
+
+    def reset(self) -> None:
+        """pyte's reset, with our cell type and a single DECSC slot."""
+        super().reset()
+        self.cursor.attrs = BLANK
+        self.saved: Optional[Saved] = None
+        self.last_char: Optional[str] = None
+        self._cell_attrs, self._cell_cache = None, {}
+
+    def save_cursor(self) -> None:
+        """DECSC into one slot (pyte keeps a stack that DECRC pops; terminals keep one slot)."""
+        c = self.cursor
+        self.saved = Saved(c.x, c.y, c.attrs, mo.DECOM in self.mode,
+                           self.g0_charset, self.g1_charset, self.charset)
+
+    def restore_cursor(self) -> None:
+        """DECRC; with nothing saved, home with default attributes and origin mode off."""
+        s = self.saved or Saved(0, 0, BLANK, False, self.g0_charset, self.g1_charset, 0)
+        self.mode.discard(mo.DECOM)
+        if s.origin:
+            self.mode.add(mo.DECOM)
+        self.g0_charset, self.g1_charset, self.charset = s.g0, s.g1, s.charset
+        self.cursor.x, self.cursor.y, self.cursor.attrs = min(s.x, self.columns), s.y, s.attrs
+        self.cursor.y = min(self.cursor.y, self.lines - 1)
+
+    def draw(self, data: str) -> None:
+        """Write text at the cursor as xterm does (pyte's ``draw`` fails the first three).
+
+        A zero-width character joins the previous cell instead of ending the write; a
+        wide character that does not fit in the last column wraps first; overwriting
+        half of a wide character blanks its other half.
+        """
+        if self.charset:
+            data = data.translate(self.g1_charset)
+        elif self.g0_charset is not pyte.charsets.LAT1_MAP:
+            data = data.translate(self.g0_charset)
+        if not data:
+            return
+        if data.isascii() and mo.IRM not in self.mode:
+            self._draw_run(data)
+            return
+        cursor, columns = self.cursor, self.columns
+        autowrap, insert = mo.DECAWM in self.mode, mo.IRM in self.mode
+        cells = self._cells()
+        for char in data:
+            width = 1 if " " <= char <= "~" else wcwidth(char)
+            if width <= 0:
+                if width == 0:
+                    self._join(char)
+                continue
+            if cursor.x + width > columns:
+                if autowrap:
+                    cursor.x = 0
+                    self.index()
+                else:
+                    cursor.x = columns - width
+            if insert:
+                self.insert_characters(width)
+            line = self.buffer[cursor.y]
+            x = cursor.x
+            self._mend_before_write(line, x, x + width - 1)
+            line[x] = cells.get(char) or cells.setdefault(char, self._cell(char))
+            if width == 2 and x + 1 < columns:
+                line[x + 1] = cells.get("") or cells.setdefault("", self._cell(""))
+            cursor.x = min(x + width, columns)
+            self.last_char = char
+
+    def _draw_run(self, data: str) -> None:
+        """Write printable ASCII, a row's worth at a time."""
+        cursor, columns = self.cursor, self.columns
+        autowrap = mo.DECAWM in self.mode
+        cells = self._cells()
+        pos, n = 0, len(data)
+        while pos < n:
+            if cursor.x >= columns:
+                if autowrap:
+                    cursor.x = 0
+                    self.index()
+                else:
+                    cursor.x = columns - 1
+            x = cursor.x
+            room = columns - x
+            if n - pos > room and not autowrap:
+                # Without autowrap the rest overwrites the last column: only its last char stays.
+                run = data[pos:pos + room - 1] + data[-1]
+                pos = n
+            else:
+                run = data[pos:pos + room]
+                pos += len(run)
+            line = self.buffer[cursor.y]
+            self._mend_before_write(line, x, x + len(run) - 1)
+            for i, char in enumerate(run, x):
+                line[i] = cells.get(char) or cells.setdefault(char, self._cell(char))
+            cursor.x = x + len(run)
+        self.last_char = data[-1]
+
+    def _cells(self) -> dict:
+        """Cells with the cursor's attributes, by text: drawing reuses them instead of building each."""
+        attrs = self.cursor.attrs
+        if self._cell_attrs is not attrs:
+            self._cell_attrs, self._cell_cache = attrs, {}
+        return self._cell_cache
+
+    def _cell(self, char: str) -> Cell:
+        """A cell of ``char`` with the cursor's attributes."""
+        return self.cursor.attrs._replace(data=char)
+
+    def _mend_before_write(self, line, first: int, last: int) -> None:
+        """Before columns first..last are overwritten: blank the halves of wide characters cut at either end."""
+        if first and not line[first].data and screen_render.is_wide(line[first - 1].data):
+            self._blank(line, first - 1)
+        if last + 1 < self.columns and screen_render.is_wide(line[last].data):
+            self._blank(line, last + 1)
+
+    def _join(self, char: str) -> None:
+        """Append a zero-width character to the cell before the cursor."""
+        x = self.cursor.x - 1
+        if x < 0:
+            return
+        line = self.buffer[self.cursor.y]
+        if not line[x].data and x > 0:
+            x -= 1
+        cell = line[x]
+        if len(cell.data) < 16:
+            line[x] = cell._replace(data=unicodedata.normalize("NFC", cell.data + char))
+
+    @staticmethod
+    def _blank(line, x: int) -> None:
+        """Replace the text of one cell by a space, keeping its attributes."""
+        if x in line:
+            line[x] = line[x]._replace(data=" ")
+
+    def _mend(self, y: int, *xs: int) -> None:
+        """Blank halves of wide characters left alone at the given columns of a row."""
+        line = self.buffer.get(y)
+        if not line:
+            return
+        for x in xs:
+            if not 0 <= x < self.columns or x not in line:
+                continue
+            data = line[x].data
+            if not data and not (x > 0 and screen_render.is_wide(line[x - 1].data)):
+                self._blank(line, x)
+            elif data and screen_render.is_wide(data) and \
+                    (x + 1 >= self.columns or line[x + 1].data):
+                self._blank(line, x)
+
+    def insert_characters(self, count: Optional[int] = None) -> None:
+        """ICH; pyte's leaves a cell past the right edge that reappears on a resize."""
+        x, columns = self.cursor.x, self.columns
+        count = min(count or 1, columns - x)
+        line = self.buffer[self.cursor.y]
+        for i in range(columns - 1, x - 1, -1):
+            cell = line.pop(i, None)
+            if cell is not None and i + count < columns:
+                line[i + count] = cell
+        self._mend(self.cursor.y, x - 1, x + count, columns - 1)
+
+    def delete_characters(self, count: Optional[int] = None) -> None:
+        """DCH, mending wide characters cut at the cursor."""
+        super().delete_characters(count)
+        self._mend(self.cursor.y, self.cursor.x - 1, self.cursor.x)
+
+    def _erase(self, y: int, start: int, stop: int) -> None:
+        """Erase columns [start, stop) of a row with the current colours (xterm keeps only those)."""
+        attrs = self.cursor.attrs
+        fill = BLANK if attrs.fg == attrs.bg == "default" else \
+            BLANK._replace(fg=attrs.fg, bg=attrs.bg)
+        line = self.buffer[y]
+        if fill == BLANK:
+            for x in range(start, stop):
+                line.pop(x, None)
+        else:
+            for x in range(start, stop):
+                line[x] = fill
+        self._mend(y, start - 1, stop)
+
+    def erase_characters(self, count: Optional[int] = None) -> None:
+        """ECH."""
+        x = min(self.cursor.x, self.columns - 1)
+        self._erase(self.cursor.y, x, min(x + (count or 1), self.columns))
+
+    def erase_in_line(self, how: int = 0, private: bool = False) -> None:
+        """EL."""
+        x = min(self.cursor.x, self.columns - 1)
+        start, stop = {0: (x, self.columns), 1: (0, x + 1), 2: (0, self.columns)}.get(how, (0, 0))
+        self._erase(self.cursor.y, start, stop)
+
+    def erase_in_display(self, how: int = 0, *args, **kwargs) -> None:
+        """ED; 3 erases scrollback only (pyte cleared the screen), and rows are erased whole.
+
+        pyte only rewrote cells already stored, so a coloured erase left gaps.
+        """
+        rows = {0: range(self.cursor.y + 1, self.lines), 1: range(self.cursor.y),
+                2: range(self.lines)}.get(how, range(0))
+        for y in rows:
+            self._erase(y, 0, self.columns)
+        if how in (0, 1):
+            self.erase_in_line(how)
+
+    def set_margins(self, top: Optional[int] = None, bottom: Optional[int] = None) -> None:
+        """DECSTBM; pyte ignored ``0;0`` and did not home the cursor on a reset."""
+        top, bottom = (top or 1) - 1, min(bottom or self.lines, self.lines) - 1
+        if top >= bottom:
+            return
+        self.margins = None if (top, bottom) == (0, self.lines - 1) else Margins(top, bottom)
+        self.cursor_position()
+
+    def cursor_to_line(self, line: Optional[int] = None) -> None:
+        """VPA; pyte asserted margins existed in origin mode."""
+        top = self.margins.top if self.margins and mo.DECOM in self.mode else 0
+        self.cursor.y = top + (line or 1) - 1
+        self.ensure_vbounds()
+
+    def _shift_rows(self, top: int, bottom: int, by: int) -> None:
+        """Move rows top..bottom by ``by`` (up if negative); rows moved out are lost.
+
+        pyte's IL/DL skipped rows absent from its sparse buffer and so left stale rows.
+        """
+        buffer = self.buffer
+        moved = {y: buffer.pop(y) for y in range(top, bottom + 1) if y in buffer}
+        for y, line in moved.items():
+            if top <= y + by <= bottom:
+                buffer[y + by] = line
+
+    def _region(self) -> Margins:
+        """The scrolling region."""
+        return self.margins or Margins(0, self.lines - 1)
+
+    def index(self) -> None:
+        """IND: down a row, scrolling at the region's bottom; below the region, stop at the last row."""
+        top, bottom = self._region()
+        if self.cursor.y == bottom:
+            self._shift_rows(top, bottom, -1)
+        elif self.cursor.y < self.lines - 1:
+            self.cursor.y += 1
+
+    def reverse_index(self) -> None:
+        """RI: up a row, scrolling at the region's top."""
+        top, bottom = self._region()
+        if self.cursor.y == top:
+            self._shift_rows(top, bottom, 1)
+        elif self.cursor.y > 0:
+            self.cursor.y -= 1
+
+    def cursor_down(self, count: Optional[int] = None) -> None:
+        """CUD: stops at the region's bottom, or at the last row when below the region (pyte jumped up)."""
+        top, bottom = self._region()
+        limit = bottom if self.cursor.y <= bottom else self.lines - 1
+        self.cursor.y = min(self.cursor.y + (count or 1), limit)
+
+    def cursor_up(self, count: Optional[int] = None) -> None:
+        """CUU: stops at the region's top, or at the first row when above the region."""
+        top, bottom = self._region()
+        limit = top if self.cursor.y >= top else 0
+        self.cursor.y = max(self.cursor.y - (count or 1), limit)
+
+    def insert_lines(self, count: Optional[int] = None) -> None:
+        """IL, inside the scrolling region only."""
+        top, bottom = self._region()
+        if top <= self.cursor.y <= bottom:
+            self._shift_rows(self.cursor.y, bottom, count or 1)
+            self.cursor.x = 0
+
+    def delete_lines(self, count: Optional[int] = None) -> None:
+        """DL, inside the scrolling region only."""
+        top, bottom = self._region()
+        if top <= self.cursor.y <= bottom:
+            self._shift_rows(self.cursor.y, bottom, -(count or 1))
+            self.cursor.x = 0
+
+    def scroll(self, count: int, up: bool) -> None:
+        """SU (``up``) or SD: move the scrolling region's rows; the cursor stays."""
+        top, bottom = self._region()
+        self._shift_rows(top, bottom, -(count or 1) if up else (count or 1))
+
+    def tabs(self, count: int, forward: bool) -> None:
+        """CHT or CBT: move over ``count`` tab stops."""
+        for _ in range(min(count or 1, self.columns)):
+            if forward:
+                self.tab()
+            else:
+                stops = [s for s in self.tabstops if s < self.cursor.x]
+                self.cursor.x = max(stops, default=0)
+
+    def repeat(self, count: int) -> None:
+        """REP: write the last written character again."""
+        if self.last_char:
+            self.draw(self.last_char * min(count or 1, MAX_REPEAT))
+
+    def unwrap(self) -> None:
+        """End a pending wrap (pyte keeps the cursor one past the last column)."""
+        if self.cursor.x >= self.columns:
+            self.cursor.x = self.columns - 1
+
+
+class Screen:
+    """The terminal model of one session."""
+
+    def __init__(self, cols: int = 80, rows: int = 24):
+        self._grid = _Grid(cols, rows)
+        self._pending = b""
+        self._skipping: Optional[bytes] = None
+        self.errors = 0  # sequences whose handling raised; each was skipped alone
+        self._csi_table = self._make_csi_table()
+        self._full_reset()
+
+    def _full_reset(self) -> None:
+        """Power-on state of everything kept beside pyte."""
+        self.alt = False
+        self._other = defaultdict(self._grid.buffer.default_factory)
+        self._other_saved: Optional[Saved] = None
+        self._keys: list = []
+        self._other_keys: list = []
+        self.title = self.icon_name = ""
+        self.title_stack: list = []
+        self.keypad = False
+        self.cursor_style = 0
+        self.modify_keys: dict = {}
+        self.colours: dict = {}
+
+    # The seam.
+
+    @property
+    def cols(self) -> int:
+        """Width in columns."""
+        return self._grid.columns
+
+    @property
+    def rows(self) -> int:
+        """Height in rows."""
+        return self._grid.lines
+
+    @property
+    def pending(self) -> bytes:
+        """The held, unfinished tail of the output: write it after ``repaint()``.
+
+        A host that sends ``repaint()`` and then the output that follows the last byte
+        fed must send these bytes in between, so the client's terminal finishes the
+        sequence as this screen will.  Empty almost always.
+        """
+        return (self._skipping or b"") + self._pending
+
+    def feed(self, data: bytes) -> None:
+        """Take output from the session's pty."""
+        if not data:
+            return
+        buf = self._pending + data if self._pending else data
+        pos = 0
+        if self._skipping is not None:
+            pos = self._skip(buf, 0)
+            if pos < 0:
+                self._pending = buf[-1:] if buf[-1] == 0x1B else b""
+                return
+        pos = self._parse(buf, pos)
+        self._pending = bytes(buf[pos:])
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Follow the pty's new size; both buffers keep their top-left corner.
+
+        When rows are lost, as many come off the top as keep the cursor on screen, the
+        rest off the bottom.  Margins are reset and tab stops extended, as in xterm.
+        """
+        g = self._grid
+        cols, rows = max(cols, 1), max(rows, 1)
+        if (cols, rows) == (g.columns, g.lines):
+            return
+        shift = max(0, g.cursor.y - (rows - 1))
+        for buffer in (g.buffer, self._other):
+            moved = {y - shift: line for y, line in buffer.items() if shift <= y < shift + rows}
+            buffer.clear()
+            buffer.update(moved)
+            for line in buffer.values():
+                for x in [x for x in line if x >= cols]:
+                    del line[x]
+                if cols - 1 in line and screen_render.is_wide(line[cols - 1].data):
+                    line[cols - 1] = line[cols - 1]._replace(data=" ")
+        g.tabstops = {s for s in g.tabstops if s < cols} | set(range(8 * ((g.columns + 7) // 8), cols, 8))
+        g.columns, g.lines = cols, rows
+        g.margins = None
+        g.cursor.y = max(0, g.cursor.y - shift)
+        g.cursor.x = min(g.cursor.x, cols - 1)
+        g.saved = self._clamp(g.saved, shift)
+        self._other_saved = self._clamp(self._other_saved, shift)
+
+    def _clamp(self, saved: Optional[Saved], shift: int) -> Optional[Saved]:
+        """A saved cursor moved with its rows and kept on screen."""
+        if saved is None:
+            return None
+        return saved._replace(x=min(saved.x, self.cols - 1),
+                              y=min(max(0, saved.y - shift), self.rows - 1))
+
+    def repaint(self) -> bytes:
+        """VT bytes that bring a fresh terminal of this size to this state (see ``pending``)."""
+        return screen_render.repaint(self)
+
+    def snapshot(self, format: str = "text") -> str:
+        """The active screen as ``text``, ``ansi`` (SGR, no cursor moves) or ``html``."""
+        render = {"text": screen_render.text, "ansi": screen_render.ansi,
+                  "html": screen_render.html}.get(format)
+        if render is None:
+            raise ValueError(f"unknown snapshot format {format!r}")
+        return render(self)
+
+    # Views for the renderer and for tests.
+
+    def buffers(self):
+        """(primary, alternate) cell buffers, rows by number."""
+        return (self._other, self._grid.buffer) if self.alt else (self._grid.buffer, self._other)
+
+    def saved_slots(self):
+        """(primary, alternate) DECSC slots."""
+        g = self._grid
+        return (self._other_saved, g.saved) if self.alt else (g.saved, self._other_saved)
+
+    def keyboard_stacks(self):
+        """(primary, alternate) kitty keyboard-protocol flag stacks."""
+        return (self._other_keys, self._keys) if self.alt else (self._keys, self._other_keys)
+
+    def private_modes(self) -> set:
+        """DEC private modes that are set (pyte stores them shifted left by 5)."""
+        return {m >> 5 for m in self._grid.mode if m >= 32 and not m & 31}
+
+    def ansi_modes(self) -> set:
+        """ANSI modes that are set (IRM 4, LNM 20)."""
+        return {m for m in self._grid.mode if m < 32 or m & 31}
+
+    def state(self) -> dict:
+        """Everything a repaint must reproduce, as plain data: for tests and debugging."""
+        g = self._grid
+
+        def rows(buffer):
+            return [tuple(buffer[y][x] if y in buffer else BLANK for x in range(g.columns))
+                    for y in range(g.lines)]
+
+        primary, alternate = self.buffers()
+        return {
+            "size": (g.columns, g.lines), "alt": self.alt,
+            "primary": rows(primary), "alternate": rows(alternate),
+            "cursor": (g.cursor.x, g.cursor.y, g.cursor.attrs),
+            "saved": self.saved_slots(), "keys": self.keyboard_stacks(),
+            "private_modes": sorted(self.private_modes()),
+            "ansi_modes": sorted(self.ansi_modes()),
+            "margins": g.margins, "tabstops": sorted(g.tabstops),
+            "charsets": (CHARSET_CODES.get(g.g0_charset), CHARSET_CODES.get(g.g1_charset),
+                         g.charset),
+            "title": (self.title, self.icon_name, list(self.title_stack)),
+            "keypad": self.keypad, "cursor_style": self.cursor_style, "last_char": g.last_char,
+            "modify_keys": dict(self.modify_keys), "colours": dict(self.colours),
+        }
+
+    # The tokenizer.
+
+    def _parse(self, buf: bytes, pos: int) -> int:
+        """Handle every whole token of ``buf`` from ``pos``; return where the unfinished tail starts."""
+        g, n = self._grid, len(buf)
+        while pos < n:
+            byte = buf[pos]
+            if byte == 0x1B:
+                end = self._escape(buf, pos)
+                if end < 0:
+                    return pos
+                pos = end
+            elif byte < 0x20 or byte == 0x7F:
+                self._control(byte)
+                pos += 1
+            else:
+                match = _CONTROL.search(buf, pos)
+                end = match.start() if match else _utf8_cut(buf, pos, n)
+                if end > pos:
+                    self._guard(g.draw, buf[pos:end].decode("utf-8", "replace"))
+                if not match and end < n:
+                    return end
+                pos = end
+        return n
+
+    def _guard(self, handler, *args) -> None:
+        """Run one handler; a failure costs that sequence only (pyte's dropped the chunk)."""
+        try:
+            handler(*args)
+        except Exception:
+            self.errors += 1
+
+    def _control(self, byte: int) -> None:
+        """A C0 control outside any sequence."""
+        g = self._grid
+        if byte in (0x0A, 0x0B, 0x0C):
+            g.unwrap()
+            g.linefeed()
+        elif byte == 0x0D:
+            g.carriage_return()
+        elif byte == 0x08:
+            g.backspace()
+        elif byte == 0x09:
+            g.tab()
+        elif byte == 0x0E:
+            g.shift_out()
+        elif byte == 0x0F:
+            g.shift_in()
+
+    def _escape(self, buf: bytes, pos: int) -> int:
+        """Handle the sequence at ``buf[pos]`` (an ESC); return its end, or -1 if unfinished."""
+        n = len(buf)
+        if pos + 1 >= n:
+            return -1
+        kind = buf[pos + 1]
+        if kind == 0x5B:  # CSI
+            match = _CSI.match(buf, pos)
+            if match:
+                raw, inter, final = match.groups()
+                self._guard(self._csi, raw, inter, final[0])
+                return match.end()
+            end = _CSI_START.match(buf, pos).end()
+            if end == n and end - pos < MAX_PARAMS:
+                return -1
+            return end  # malformed: dropped, and what broke it is read on its own
+        if kind in _STRINGS:
+            return self._string(buf, pos)
+        match = _ESC.match(buf, pos)
+        if match:
+            self._guard(self._esc, match.group(1), match.group(2)[0])
+            return match.end()
+        end = _ESC_START.match(buf, pos).end()
+        return -1 if end == n else end
+
+    def _string(self, buf: bytes, pos: int) -> int:
+        """An OSC, DCS, APC, PM or SOS string: find its end; only OSC is acted on."""
+        body = pos + 2
+        end = self._string_end(buf, body)
+        if end == -1:
+            if len(buf) - pos <= MAX_STRING:
+                return -1
+            self._skipping = _SKIP_OPENER.get(buf[pos + 1], buf[pos:pos + 2])
+            return len(buf) - 1 if buf[-1] == 0x1B else len(buf)
+        stop, resume, complete = end
+        if complete and buf[pos + 1] == 0x5D:
+            self._guard(self._osc, buf[body:stop])
+        return resume
+
+    @staticmethod
+    def _string_end(buf: bytes, start: int):
+        """Where a string that began before ``start`` ends: (text end, resume at, was it terminated).
+
+        ST (ESC \\) or, for OSC, BEL ends it; CAN or SUB cancel it; ESC followed by
+        anything else ends it and that ESC starts the next sequence.  -1: not yet.
+        """
+        while True:
+            match = _STRING_END.search(buf, start)
+            if not match:
+                return -1
+            at = match.start()
+            byte = buf[at]
+            if byte == 0x07:
+                return at, at + 1, True
+            if byte in (0x18, 0x1A):
+                return at, at + 1, False
+            if at + 1 >= len(buf):
+                return -1
+            if buf[at + 1] == 0x5C:
+                return at, at + 2, True
+            return at, at, True
+
+    def _skip(self, buf: bytes, pos: int) -> int:
+        """In a string too long to hold: find its end; -1 if it goes on."""
+        end = self._string_end(buf, pos)
+        if end == -1:
+            return -1
+        self._skipping = None
+        return end[1]
+
+    def _esc(self, inter: bytes, final: int) -> None:
+        """An escape sequence that is not CSI or a string."""
+        g = self._grid
+        if inter == b"(" or inter == b")":
+            g.define_charset(chr(final), inter.decode())
+        elif inter == b"#" and final == 0x38:
+            g.alignment_display()
+        elif inter:
+            return
+        elif final == 0x37:  # 7
+            g.save_cursor()
+        elif final == 0x38:  # 8
+            g.restore_cursor()
+        elif final in (0x3D, 0x3E):  # = >
+            self.keypad = final == 0x3D
+        elif final in (0x44, 0x45, 0x4D):  # D E M
+            g.unwrap()
+            if final == 0x45:
+                g.carriage_return()
+            (g.reverse_index if final == 0x4D else g.index)()
+        elif final == 0x48:  # H
+            g.set_tab_stop()
+        elif final == 0x63:  # c
+            self._ris()
+
+    def _ris(self) -> None:
+        """RIS: a full reset of the terminal, both buffers included."""
+        self._grid.buffer.clear()
+        self._other.clear()
+        self._grid.reset()
+        self._full_reset()
+
+    def _csi(self, raw: bytes, inter: bytes, final: int) -> None:
+        """A control sequence: look it up by prefix, intermediates and final byte."""
+        prefix = b""
+        if raw[:1] in (b"<", b"=", b">", b"?"):
+            prefix, raw = raw[:1], raw[1:]
+        handler = self._csi_table.get((prefix, inter, final))
+        if handler is None:
+            return  # queries and everything unsupported: ignored, never replayed
+        if final in _UNWRAP and not prefix and not inter:
+            self._grid.unwrap()
+        handler(_params(raw))
+
+    def _make_csi_table(self) -> dict:
+        """Handlers by (prefix, intermediates, final byte)."""
+        g = self._grid
+        plain = {"@": g.insert_characters, "A": g.cursor_up, "B": g.cursor_down,
+                 "C": g.cursor_forward, "D": g.cursor_back, "E": g.cursor_down1,
+                 "F": g.cursor_up1, "G": g.cursor_to_column, "H": g.cursor_position,
+                 "J": g.erase_in_display, "K": g.erase_in_line, "L": g.insert_lines,
+                 "M": g.delete_lines, "P": g.delete_characters, "X": g.erase_characters,
+                 "`": g.cursor_to_column, "a": g.cursor_forward, "d": g.cursor_to_line,
+                 "e": g.cursor_down, "f": g.cursor_position, "g": g.clear_tab_stop,
+                 "r": g.set_margins}
+        table = {(b"", b"", ord(k)): (lambda p, f=f: f(*_ints(p))) for k, f in plain.items()}
+        first = lambda p: _ints(p)[0]  # noqa: E731
+        table.update({
+            (b"", b"", ord("I")): lambda p: g.tabs(first(p), True),
+            (b"", b"", ord("Z")): lambda p: g.tabs(first(p), False),
+            (b"", b"", ord("S")): lambda p: g.scroll(first(p), True),
+            (b"", b"", ord("T")): lambda p: len(p) == 1 and g.scroll(first(p), False),
+            (b"", b"", ord("b")): lambda p: g.repeat(first(p)),
+            (b"?", b"", ord("J")): lambda p: g.erase_in_display(first(p)),
+            (b"?", b"", ord("K")): lambda p: g.erase_in_line(first(p)),
+            (b"", b"", ord("m")): self._sgr,
+            (b"", b"", ord("h")): lambda p: self._modes(p, False, True),
+            (b"", b"", ord("l")): lambda p: self._modes(p, False, False),
+            (b"?", b"", ord("h")): lambda p: self._modes(p, True, True),
+            (b"?", b"", ord("l")): lambda p: self._modes(p, True, False),
+            (b"", b"", ord("s")): lambda p: p == [None] and g.save_cursor(),
+            (b"", b"", ord("u")): lambda p: p == [None] and g.restore_cursor(),
+            (b"", b"", ord("t")): self._window_op,
+            (b">", b"", ord("m")): self._modify_keys,
+            (b">", b"", ord("u")): self._keys_push,
+            (b"<", b"", ord("u")): self._keys_pop,
+            (b"=", b"", ord("u")): self._keys_set,
+            (b"", b" ", ord("q")): lambda p: setattr(self, "cursor_style", min(first(p), 6)),
+            (b"", b"!", ord("p")): lambda p: self._soft_reset(),
+        })
+        return table
+
+    def _sgr(self, params: list) -> None:
+        """SGR."""
+        cursor = self._grid.cursor
+        cursor.attrs = apply_sgr(cursor.attrs, params)
+
+    def _modes(self, params: list, private: bool, on: bool) -> None:
+        """SM/RM and DECSET/DECRST; the alternate screen and DECCOLM/DECSCNM are ours."""
+        g = self._grid
+        for mode in _ints(params):
+            if private and mode in (47, 1047, 1048, 1049):
+                self._alt_mode(mode, on)
+            elif private and mode == 3:
+                continue  # DECCOLM: xterm ignores it by default, and pyte would resize
+            elif private and mode == 5:
+                (g.mode.add if on else g.mode.discard)(mo.DECSCNM)  # pyte rewrote every cell
+            elif on:
+                g.set_mode(mode, private=private)
+            else:
+                g.reset_mode(mode, private=private)
+
+    def _alt_mode(self, mode: int, on: bool) -> None:
+        """The alternate screen, as xterm: 47 switches, 1047 clears on leaving, 1049 saves
+        the cursor and clears on entering, 1048 only saves or restores the cursor.
+
+        Leaving by 1049 also clears it (xterm keeps the cells, though only 47 or 1047
+        could show them again), so that a screen a TUI left needs no repainting.
+        """
+        g = self._grid
+        if mode == 1048:
+            (g.save_cursor if on else g.restore_cursor)()
+            return
+        if on:
+            if mode == 1049:
+                g.save_cursor()
+            if not self.alt:
+                self._swap()
+            if mode == 1049:
+                g.buffer.clear()
+        else:
+            if self.alt:
+                if mode != 47:
+                    g.buffer.clear()
+                self._swap()
+            if mode == 1049:
+                g.restore_cursor()
+
+    def _swap(self) -> None:
+        """Exchange the active and the inactive buffer, with their saved cursors and key stacks."""
+        g = self._grid
+        g.buffer, self._other = self._other, g.buffer
+        g.saved, self._other_saved = self._other_saved, g.saved
+        self._keys, self._other_keys = self._other_keys, self._keys
+        self.alt = not self.alt
+
+    def _soft_reset(self) -> None:
+        """DECSTR: modes, margins, charsets, attributes and the saved cursor to defaults."""
+        g = self._grid
+        g.mode.difference_update({mo.IRM, mo.DECOM, 1 << 5})
+        g.mode.update({mo.DECAWM, mo.DECTCEM})
+        g.margins = None
+        g.g0_charset, g.g1_charset, g.charset = pyte.charsets.LAT1_MAP, pyte.charsets.VT100_MAP, 0
+        g.cursor.attrs = BLANK
+        g.saved = None
+        self.keypad = False
+
+    def _window_op(self, params: list) -> None:
+        """XTWINOPS: only the title stack (22 push, 23 pop); resizes and reports are ignored."""
+        op, which = (_ints(params) + [0, 0])[:2]
+        if op == 22 and which in (0, 1, 2):
+            self.title_stack.append((self.icon_name if which in (0, 1) else None,
+                                     self.title if which in (0, 2) else None, which))
+            del self.title_stack[:-10]
+        elif op == 23 and which in (0, 1, 2) and self.title_stack:
+            icon, title, _ = self.title_stack.pop()
+            if icon is not None and which in (0, 1):
+                self.icon_name = icon
+            if title is not None and which in (0, 2):
+                self.title = title
+
+    def _modify_keys(self, params: list) -> None:
+        """XTMODKEYS (``CSI > 4 ; 2 m``, which pyte took for underline)."""
+        args = _ints(params)
+        if params == [None]:
+            self.modify_keys.clear()
+        elif len(params) < 2 or params[1] is None:
+            self.modify_keys.pop(args[0], None)
+        else:
+            self.modify_keys[args[0]] = args[1]
+
+    def _keys_push(self, params: list) -> None:
+        """Kitty keyboard protocol: push flags."""
+        self._keys.append(_ints(params)[0])
+        del self._keys[:-16]
+
+    def _keys_pop(self, params: list) -> None:
+        """Kitty keyboard protocol: pop entries."""
+        del self._keys[max(0, len(self._keys) - (_ints(params)[0] or 1)):]
+
+    def _keys_set(self, params: list) -> None:
+        """Kitty keyboard protocol: set, add or remove flags of the top entry."""
+        flags, how = (_ints(params) + [1])[:2]
+        if not self._keys:
+            self._keys.append(0)
+        top = self._keys[-1]
+        self._keys[-1] = flags if how == 1 else top | flags if how == 2 else top & ~flags
+
+    def _osc(self, body: bytes) -> None:
+        """An OSC string: titles and colours; queries (``?``) and the rest are ignored."""
+        code, _, text = body.decode("utf-8", "replace").partition(";")
+        if code in ("0", "1", "2"):
+            if code != "2":
+                self.icon_name = text
+            if code != "1":
+                self.title = text
+        elif code == "4":
+            fields = text.split(";")
+            for index, spec in zip(fields[::2], fields[1::2]):
+                if spec != "?" and index.isdigit():
+                    self.colours[f"4;{index}"] = spec
+        elif code == "104":
+            for index in text.split(";") if text else [k[2:] for k in self.colours if k[:2] == "4;"]:
+                self.colours.pop(f"4;{index}", None)
+        elif code.isdigit() and 10 <= int(code) <= 19:
+            for number, spec in enumerate(text.split(";"), int(code)):
+                if spec != "?" and number <= 19:
+                    self.colours[str(number)] = spec
+        elif code.isdigit() and 110 <= int(code) <= 119:
+            self.colours.pop(str(int(code) - 100), None)
+
+
+def _utf8_cut(buf: bytes, start: int, end: int) -> int:
+    """Where an unfinished UTF-8 character at the end of ``buf[start:end]`` begins (else ``end``)."""
+    for i in range(end - 1, max(start, end - 4) - 1, -1):
+        byte = buf[i]
+        if byte < 0x80:
+            return end
+        if byte >= 0xC0:
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return i if end - i < need else end
+    return end
