@@ -71,6 +71,29 @@ def test_reload_keeps_pid_sessions_and_every_byte(host):
     assert b"took over by hand-off" in log
 
 
+def test_reload_into_a_newer_version_and_refuse_a_downgrade(host):
+    sid = host.spawn("sleep", "100000")
+    main = host.main_pid()
+    init = os.path.join(SITE, "__init__.py")
+    original = open(init).read()
+    try:
+        with open(init, "w") as f:
+            f.write(original.replace('__version__ = "', '__version__ = "99.'))
+        reload_and_wait(host)
+        wait_for(lambda: b"ptyhostd 99." in host.run(
+            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff"]).stdout, 20,
+            "the newer version to take over")
+        assert host.main_pid() == main and host.ps()[sid]["state"] == "running"
+        # Now the running code is 99.x: the installed 0.x would be a downgrade.
+        with open(init, "w") as f:
+            f.write(original)
+        check = host.ctl("upgrade", "--check", check=False)
+        assert check.returncode == 1 and b"downgrade" in check.stdout, check.stdout
+    finally:
+        with open(init, "w") as f:
+            f.write(original)
+
+
 def _break(path: str, line: str):
     """Make the *installed* code fail in a given way (the running host has it in memory)."""
     with open(path) as f:
