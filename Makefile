@@ -8,7 +8,7 @@ PYTHON  := $(VENV)/bin/python
 APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev
 PYTEST_ARGS ?= -q
 
-.PHONY: deps venv stage test test-unit demo units clean
+.PHONY: deps venv stage test test-unit test-faults demo units clean
 
 # Debian packages the build of systemd-python and the tests need.
 deps:
@@ -43,6 +43,12 @@ test: venv stage
 	  cd $(STAGE) && python3 tools/sysinstance.py run --name clowder-test -- \
 	    $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests; \
 	fi
+
+# The fault suite's full count (the default suite runs a fast subset).
+test-faults: venv stage
+	cd $(STAGE) && python3 tools/sysinstance.py run --name clowder-faults \
+	  --env CLOWDER_FAULT_TRIALS=$${TRIALS:-100} -- \
+	  $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests/test_faults.py
 
 demo: venv stage
 	@if [ "$$(cat /proc/1/comm)" = systemd ]; then \
