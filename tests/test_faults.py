@@ -73,3 +73,45 @@ def test_kill9_of_the_host_during_heavy_output(host):
 def test_kill9_of_the_host_during_a_handoff(host):
     assert kill_at_random(host, max(2, TRIALS // 2), during_reload=True) == \
         {"sessions": 0, "bytes": 0}
+
+
+def test_kill9_of_the_control_daemon(host):
+    """Agents with heavy output; the control daemon killed at random moments: no agent is
+    re-spawned or duplicated, and their output has no gap."""
+    from test_control import Control, agent_yaml
+    control = Control(host)
+    rng = random.Random(int(os.environ.get("CLOWDER_FAULT_SEED", "11")))
+    try:
+        control.write_config("agents:\n" + "".join(
+            agent_yaml(f"f{i}", [PYTHON, "-c", FLOOD], control.workdir) for i in range(3)))
+        names = [f"f{i}" for i in range(3)]
+        before = control.wait_running(names)
+        for _ in range(TRIALS):
+            time.sleep(rng.uniform(0.01, 0.3))  # the random moment
+            pid = int(host.show("clowder-control.service", "MainPID")["MainPID"])
+            if pid:
+                os.kill(pid, 9)
+            wait_for(lambda: int(host.show("clowder-control.service", "MainPID")["MainPID"])
+                     not in (0, pid), 20, "systemd to restart the control daemon")
+        after = control.wait_running(names)
+        lost = {"sessions": 0, "bytes": 0}
+        for n in names:
+            if (after[n]["session"], after[n]["pid"], after[n]["spawns"]) != \
+                    (before[n]["session"], before[n]["pid"], 1):
+                lost["sessions"] += 1
+        live = [s for s in host.ps().values() if s["state"] == "running"]
+        assert len(live) == 6, f"duplicated or lost sessions: {[s['name'] for s in live]}"
+        host.systemctl("stop", "clowder-control.service")
+        for n in names:
+            sid = after[n]["session"]
+            host.ctl("kill", sid, "--signal", "KILL")
+            host.ctl("wait", sid, check=False)
+            data = host.backlog(sid).decode(errors="replace")
+            numbers = [int(x) for x in re.findall(r"n(\d+)\r\n", data)]
+            lost["bytes"] += len(numbers) - len(set(numbers)) + \
+                (numbers[-1] - numbers[0] + 1 - len(set(numbers)))
+        assert lost == {"sessions": 0, "bytes": 0}, lost
+    finally:
+        for path in (control.config, control.registry, control.registry + ".prev"):
+            if os.path.exists(path):
+                os.unlink(path)
