@@ -80,7 +80,8 @@ def _ints(params: list) -> list:
 
 
 def _colour(args: list) -> Optional[str]:
-    """A colour from the parameters after 38/48: ``5;N`` or ``2;R;G;B`` (with an optional colour space)."""
+    """A colour from the parameters after 38/48: ``5;N``, or ``2;R;G;B`` with an optional
+    colour space before R."""
     if not args or any(isinstance(a, list) for a in args):
         return None
     if args[0] == 5 and len(args) >= 2 and args[1] is not None:
@@ -153,8 +154,14 @@ class _Grid(pyte.Screen):
         super().reset()
         self.cursor.attrs = BLANK
         self.saved: Optional[Saved] = None
-        self.last_char: Optional[str] = None
+        # What REP repeats.  A space before anything is written, so that a repaint,
+        # which writes cells, can always set it back.
+        self.last_char = " "
         self._cell_attrs, self._cell_cache = None, {}
+
+    def set_tab_stop(self) -> None:
+        """HTS; during a pending wrap the cursor is in the last column, not past it."""
+        self.tabstops.add(min(self.cursor.x, self.columns - 1))
 
     def save_cursor(self) -> None:
         """DECSC into one slot (pyte keeps a stack that DECRC pops; terminals keep one slot)."""
@@ -244,7 +251,7 @@ class _Grid(pyte.Screen):
         self.last_char = data[-1]
 
     def _cells(self) -> dict:
-        """Cells with the cursor's attributes, by text: drawing reuses them instead of building each."""
+        """Cells with the cursor's attributes, by text, reused instead of built each time."""
         attrs = self.cursor.attrs
         if self._cell_attrs is not attrs:
             self._cell_attrs, self._cell_cache = attrs, {}
@@ -255,7 +262,8 @@ class _Grid(pyte.Screen):
         return self.cursor.attrs._replace(data=char)
 
     def _mend_before_write(self, line, first: int, last: int) -> None:
-        """Before columns first..last are overwritten: blank the halves of wide characters cut at either end."""
+        """Before columns first..last are overwritten, blank the halves of wide characters
+        cut at either end."""
         if first and not line[first].data and screen_render.is_wide(line[first - 1].data):
             self._blank(line, first - 1)
         if last + 1 < self.columns and screen_render.is_wide(line[last].data):
@@ -272,6 +280,7 @@ class _Grid(pyte.Screen):
         cell = line[x]
         if len(cell.data) < 16:
             line[x] = cell._replace(data=unicodedata.normalize("NFC", cell.data + char))
+            self.last_char = line[x].data  # REP repeats the whole cell
 
     @staticmethod
     def _blank(line, x: int) -> None:
@@ -311,7 +320,7 @@ class _Grid(pyte.Screen):
         self._mend(self.cursor.y, self.cursor.x - 1, self.cursor.x)
 
     def _erase(self, y: int, start: int, stop: int) -> None:
-        """Erase columns [start, stop) of a row with the current colours (xterm keeps only those)."""
+        """Erase columns [start, stop) of a row with the current colours (only those, as xterm)."""
         attrs = self.cursor.attrs
         fill = BLANK if attrs.fg == attrs.bg == "default" else \
             BLANK._replace(fg=attrs.fg, bg=attrs.bg)
@@ -377,7 +386,7 @@ class _Grid(pyte.Screen):
         return self.margins or Margins(0, self.lines - 1)
 
     def index(self) -> None:
-        """IND: down a row, scrolling at the region's bottom; below the region, stop at the last row."""
+        """IND: down a row, scrolling at the region's bottom; below it, stop at the last row."""
         top, bottom = self._region()
         if self.cursor.y == bottom:
             self._shift_rows(top, bottom, -1)
@@ -393,7 +402,8 @@ class _Grid(pyte.Screen):
             self.cursor.y -= 1
 
     def cursor_down(self, count: Optional[int] = None) -> None:
-        """CUD: stops at the region's bottom, or at the last row when below the region (pyte jumped up)."""
+        """CUD: stops at the region's bottom, or at the last row from below the region
+        (pyte jumped up to the region)."""
         top, bottom = self._region()
         limit = bottom if self.cursor.y <= bottom else self.lines - 1
         self.cursor.y = min(self.cursor.y + (count or 1), limit)
@@ -524,7 +534,8 @@ class Screen:
                     del line[x]
                 if cols - 1 in line and screen_render.is_wide(line[cols - 1].data):
                     line[cols - 1] = line[cols - 1]._replace(data=" ")
-        g.tabstops = {s for s in g.tabstops if s < cols} | set(range(8 * ((g.columns + 7) // 8), cols, 8))
+        new_stops = range(8 * ((g.columns + 7) // 8), cols, 8)
+        g.tabstops = {s for s in g.tabstops if s < cols} | set(new_stops)
         g.columns, g.lines = cols, rows
         g.margins = None
         g.cursor.y = max(0, g.cursor.y - shift)
@@ -578,16 +589,19 @@ class Screen:
         """Everything a repaint must reproduce, as plain data: for tests and debugging."""
         g = self._grid
 
-        def rows(buffer):
+        def cells(buffer):
             return [tuple(buffer[y][x] if y in buffer else BLANK for x in range(g.columns))
                     for y in range(g.lines)]
 
         primary, alternate = self.buffers()
         return {
             "size": (g.columns, g.lines), "alt": self.alt,
-            "primary": rows(primary), "alternate": rows(alternate),
+            "primary": cells(primary), "alternate": cells(alternate),
             "cursor": (g.cursor.x, g.cursor.y, g.cursor.attrs),
-            "saved": self.saved_slots(), "keys": self.keyboard_stacks(),
+            "saved": [slot and slot._replace(g0=CHARSET_CODES.get(slot.g0),
+                                             g1=CHARSET_CODES.get(slot.g1))
+                      for slot in self.saved_slots()],
+            "keys": self.keyboard_stacks(),
             "private_modes": sorted(self.private_modes()),
             "ansi_modes": sorted(self.ansi_modes()),
             "margins": g.margins, "tabstops": sorted(g.tabstops),
@@ -601,7 +615,7 @@ class Screen:
     # The tokenizer.
 
     def _parse(self, buf: bytes, pos: int) -> int:
-        """Handle every whole token of ``buf`` from ``pos``; return where the unfinished tail starts."""
+        """Handle whole tokens of ``buf`` from ``pos``; return where an unfinished tail starts."""
         g, n = self._grid, len(buf)
         while pos < n:
             byte = buf[pos]
@@ -688,26 +702,25 @@ class Screen:
 
     @staticmethod
     def _string_end(buf: bytes, start: int):
-        """Where a string that began before ``start`` ends: (text end, resume at, was it terminated).
+        """Where a string that began before ``start`` ends: (text end, resume at, terminated?).
 
-        ST (ESC \\) or, for OSC, BEL ends it; CAN or SUB cancel it; ESC followed by
-        anything else ends it and that ESC starts the next sequence.  -1: not yet.
+        ST (ESC \\) or BEL ends it; CAN or SUB cancel it; ESC followed by anything else
+        ends it and that ESC starts the next sequence.  -1: not yet.
         """
-        while True:
-            match = _STRING_END.search(buf, start)
-            if not match:
-                return -1
-            at = match.start()
-            byte = buf[at]
-            if byte == 0x07:
-                return at, at + 1, True
-            if byte in (0x18, 0x1A):
-                return at, at + 1, False
-            if at + 1 >= len(buf):
-                return -1
-            if buf[at + 1] == 0x5C:
-                return at, at + 2, True
-            return at, at, True
+        match = _STRING_END.search(buf, start)
+        if not match:
+            return -1
+        at = match.start()
+        byte = buf[at]
+        if byte == 0x07:
+            return at, at + 1, True
+        if byte in (0x18, 0x1A):
+            return at, at + 1, False
+        if at + 1 >= len(buf):
+            return -1
+        if buf[at + 1] == 0x5C:
+            return at, at + 2, True
+        return at, at, True
 
     def _skip(self, buf: bytes, pos: int) -> int:
         """In a string too long to hold: find its end; -1 if it goes on."""
@@ -916,10 +929,11 @@ class Screen:
         elif code == "4":
             fields = text.split(";")
             for index, spec in zip(fields[::2], fields[1::2]):
-                if spec != "?" and index.isdigit():
+                if spec != "?" and index.isdigit() and int(index) < 256:
                     self.colours[f"4;{index}"] = spec
         elif code == "104":
-            for index in text.split(";") if text else [k[2:] for k in self.colours if k[:2] == "4;"]:
+            indexes = text.split(";") if text else [k[2:] for k in self.colours if k[:2] == "4;"]
+            for index in indexes:
                 self.colours.pop(f"4;{index}", None)
         elif code.isdigit() and 10 <= int(code) <= 19:
             for number, spec in enumerate(text.split(";"), int(code)):
@@ -930,7 +944,7 @@ class Screen:
 
 
 def _utf8_cut(buf: bytes, start: int, end: int) -> int:
-    """Where an unfinished UTF-8 character at the end of ``buf[start:end]`` begins (else ``end``)."""
+    """Where an unfinished UTF-8 character ending ``buf[start:end]`` begins (else ``end``)."""
     for i in range(end - 1, max(start, end - 4) - 1, -1):
         byte = buf[i]
         if byte < 0x80:

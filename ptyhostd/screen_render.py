@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import html as _html
+import operator
+from itertools import groupby
 from typing import NamedTuple
 
 from pyte import charsets
@@ -82,50 +84,88 @@ def is_wide(data: str) -> bool:
     return data > "\u10ff" and wcwidth(data[0]) == 2
 
 
-def row_cells(line, cols: int):
-    """The cells of one row to write, left to right, as ``(x, cell, risky)``.
+def last_used(line, cols: int) -> int:
+    """The column of the last cell of a row that is not blank, or -1."""
+    for x in range(cols - 1, -1, -1):
+        if line.get(x, BLANK) != BLANK:
+            return x
+    return -1
 
-    The right half of a wide character is skipped (it is written with the left half).
-    ``risky`` marks text whose width a terminal may count differently (wide or
-    combined characters): the writer puts the cursor back in place after it.
+
+def row_cells(line, cols: int):
+    """The cells of one row to write, left to right, as ``(cell, x, risky)``.
+
+    The right half of a wide character is skipped (it is written with the left half);
+    one left alone becomes a space.  ``risky`` marks text whose width a terminal may
+    count differently (wide or combined characters).  Trailing blanks are left out.
     """
-    last = max((x for x, cell in line.items() if x < cols and cell != BLANK), default=-1)
     covered = -1
-    for x in range(last + 1):
-        cell = line[x]
+    for x in range(last_used(line, cols) + 1):
         if x <= covered:
             continue
+        cell = line.get(x, BLANK)
         data = cell.data
         if not data:
-            cell = cell._replace(data=" ")
+            yield cell._replace(data=" "), x, False
         elif data > "~" and (len(data) > 1 or is_wide(data)):
             if is_wide(data):
                 covered = x + 1
-            yield x, cell, True
+            yield cell, x, True
+        else:
+            yield cell, x, False
+
+
+_ATTRS = operator.itemgetter(*range(1, len(Cell._fields)))
+_DATA = operator.itemgetter(0)
+
+
+def write_cells(out: list, run: list, x: int) -> None:
+    """Write cells one by one from column ``x``; after a wide or combined character,
+    put the cursor where this model says the next cell is."""
+    skip = -1
+    for i, cell in enumerate(run):
+        if i == skip:
             continue
-        yield x, cell, False
+        data = cell.data or " "
+        out.append(data)
+        if data > "~" and (len(data) > 1 or is_wide(data)):
+            width = 2 if is_wide(data) else 1
+            if width == 2 and i + 1 < len(run) and not run[i + 1].data:
+                skip = i + 1
+            out.append(f"\x1b[{x + i + width + 1}G")
 
 
 def paint_rows(out: list, buffer, cols: int, rows: int) -> None:
-    """Write every row of ``buffer``: its cells, then an erase of the rest of the row."""
+    """Write every row of ``buffer``: its cells, then an erase of the rest of the row.
+
+    Runs of cells with the same attributes are written as one string; a run with
+    characters other than ASCII goes cell by cell, so that the cursor can be put back
+    in place after each one a terminal may count as a different width.
+    """
+    current = None
     for y in range(rows):
         out.append(f"\x1b[{y + 1}H")
-        current = None
         line = buffer.get(y)
-        last = -1
-        if line:
-            for x, cell, risky in row_cells(line, cols):
-                attrs = cell[1:]
+        last = last_used(line, cols) if line else -1
+        x = 0
+        if last >= 0:
+            cells = [line[i] for i in range(last + 1)]
+            for attrs, run in groupby(cells, _ATTRS):
+                run = list(run)
                 if attrs != current:
                     out.append(sgr(attrs))
                     current = attrs
-                out.append(cell.data)
-                last = x + (2 if risky and is_wide(cell.data) else 1) - 1
-                if risky:
-                    out.append(f"\x1b[{last + 2}G")
+                text = "".join(map(_DATA, run))
+                if text.isascii() and len(text) == len(run):
+                    out.append(text)
+                    x += len(run)
+                    continue
+                write_cells(out, run, x)
+                x += len(run)
         if last < cols - 1:
             if current != ATTRS_DEFAULT:
                 out.append("\x1b[0m")
+                current = ATTRS_DEFAULT
             out.append("\x1b[K")
 
 
@@ -150,6 +190,11 @@ def place_cursor(out: list, grid, buffer, x: int, y: int, origin_top: int) -> No
     out.append(cell.data or " ")
 
 
+def designations(g0: str, g1: str) -> str:
+    """ESC ( and ESC ) that designate these G0 and G1 character sets."""
+    return f"\x1b({CHARSET_CODES.get(g0, 'B')}\x1b){CHARSET_CODES.get(g1, '0')}"
+
+
 def saved_cursor(out: list, grid, buffer, saved) -> None:
     """Recreate a DECSC save slot: position, attributes, origin mode and charsets, then ESC 7."""
     if saved is None:
@@ -159,7 +204,7 @@ def saved_cursor(out: list, grid, buffer, saved) -> None:
     # Margins are still the whole screen here, so origin mode addresses it all.
     place_cursor(out, grid, buffer, saved.x, saved.y, 0)
     out.append(sgr(saved.attrs[1:]))
-    out.append(f"\x1b({CHARSET_CODES.get(saved.g0, 'B')}\x1b){CHARSET_CODES.get(saved.g1, '0')}")
+    out.append(designations(saved.g0, saved.g1))
     out.append("\x0e" if saved.charset else "\x0f")
     out.append("\x1b7\x1b(B\x0f")
     if saved.origin:
@@ -178,7 +223,8 @@ def last_character(out: list, buffer, cols: int, rows: int, char: str) -> None:
         line = buffer.get(y) or {}
         for x in range(cols - width + 1):
             cells = [line.get(x + i, BLANK) for i in range(width)]
-            if all(c.data == " " and c[3:] == BLANK[3:] and c[1:3] == cells[0][1:3] for c in cells):
+            if all(c.data == " " and c[3:] == BLANK[3:] and c[1:3] == cells[0][1:3]
+                   for c in cells):
                 out.append(f"\x1b[{y + 1};{x + 1}H\x1b[0m{char}\x1b[{y + 1};{x + 1}H"
                            f"{sgr(cells[0][1:])}\x1b[{width}X")
                 return
@@ -202,12 +248,12 @@ def repaint(screen) -> bytes:
 
     Order: a prelude that puts the terminal in a known state (primary screen, no
     margins, no autowrap, cursor hidden, all inside a synchronized update); the
-    inactive alternate screen if it holds anything (cells, a saved cursor, key
-    flags); the primary screen and its saved
-    cursor; then, if the alternate screen is active, the switch to it and its cells;
-    then terminal-wide state (margins, tab stops, modes, keys, titles, colours), the
-    cursor, charsets, attributes, insert mode and cursor visibility, in that order
-    because each of the earlier steps disturbs the later ones.
+    inactive alternate screen if it holds anything (cells, a saved cursor, key flags);
+    the primary screen and its saved cursor; if the alternate screen is active, the
+    switch to it, its cells and its saved cursor; the last character written; then
+    terminal-wide state (margins, tab stops, modes, keys, titles, colours), the
+    cursor, charsets, attributes, insert mode and cursor visibility.  Each step can
+    disturb what the earlier ones set, hence the order.
     """
     grid = screen._grid
     cols, rows = grid.columns, grid.lines
@@ -250,10 +296,14 @@ def repaint(screen) -> bytes:
         out.extend(f"\x1b[{stop + 1}G\x1bH" for stop in sorted(grid.tabstops) if stop < cols)
     out.extend(f"\x1b[?{mode}l" for mode in KNOWN_PRIVATE if mode not in modes)
     out.extend(f"\x1b[?{mode}h" for mode in sorted(modes) if mode not in (25, 2026))
-    out.append("\x1b[20h" if 20 in screen.ansi_modes() else "\x1b[20l")
+    ansi_modes = screen.ansi_modes()
+    if 20 not in ansi_modes:
+        out.append("\x1b[20l")
+    out.extend(f"\x1b[{mode}h" for mode in sorted(ansi_modes) if mode != 4)
     out.append("\x1b=" if screen.keypad else "\x1b>")
     out.append(f"\x1b[{screen.cursor_style} q")
-    out.extend(f"\x1b[>{resource};{value}m" for resource, value in sorted(screen.modify_keys.items()))
+    out.extend(f"\x1b[>{resource};{value}m"
+               for resource, value in sorted(screen.modify_keys.items()))
     for icon, title, which in screen.title_stack:
         if icon is not None:
             out.append(_osc("1", icon))
@@ -269,10 +319,10 @@ def repaint(screen) -> bytes:
 
     active = alternate if screen.alt else primary
     place_cursor(out, grid, active, grid.cursor.x, grid.cursor.y, top if 6 in modes else 0)
-    out.append(f"\x1b({CHARSET_CODES.get(grid.g0_charset, 'B')}\x1b){CHARSET_CODES.get(grid.g1_charset, '0')}")
+    out.append(designations(grid.g0_charset, grid.g1_charset))
     out.append("\x0e" if grid.charset else "\x0f")
     out.append(sgr(grid.cursor.attrs[1:]))
-    if 4 in screen.ansi_modes():
+    if 4 in ansi_modes:
         out.append("\x1b[4h")
     out.append("\x1b[?25h" if 25 in modes else "\x1b[?25l")
     if 2026 not in modes:
@@ -286,7 +336,7 @@ def _visible_rows(screen):
     for y in range(grid.lines):
         line = grid.buffer.get(y) or {}
         row = []
-        for x, cell, _risky in row_cells(line, grid.columns):
+        for cell, _x, _risky in row_cells(line, grid.columns):
             if cell.hidden:
                 cell = cell._replace(data=" " * (2 if is_wide(cell.data) else 1))
             row.append(cell)
