@@ -226,7 +226,12 @@ class Connection(asyncio.Protocol):
             self.host.resize(s, msg.cols, msg.rows)
         self.send(protocol.Attached(session=s.info()))
         att = Attachment(self, s, msg.read_only)
-        att.pos = s.ring.tail if msg.replay < 0 else max(s.ring.tail, s.ring.head - msg.replay)
+        if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
+            att.pos = max(s.ring.tail, s.ring.head - msg.replay)
+        else:  # a terminal: the current screen, repainted, then live output
+            painted, att.pos = s.repaint()
+            for i in range(0, len(painted), protocol.MAX_DATA):
+                self.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
         if s.state != "running":
             att.catch_up()
             self.send(s.exited_message())

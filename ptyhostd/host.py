@@ -55,6 +55,24 @@ class Host:
         self._handing_off = False
         self.last_handoff_error = ""
 
+    # --- the terminal models, kept current while sessions are quiet ----------------------
+
+    async def keep_screens(self, interval: float = 0.2, quiet: float = 0.1,
+                           budget: int = 32 * 1024) -> None:
+        """Feed each existing model a little at a time, only while its session is quiet.
+
+        pyte-speed parsing in this thread would slow the byte path, so it never runs
+        during output; after a flood the next attach catches up (bounded by
+        session.SCREEN_CATCH_UP) instead.
+        """
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for s in list(self.sessions.values()):
+                if s.screen is not None and s.screen_pos < s.ring.head \
+                        and now - s.last_output > quiet:
+                    s.feed_screen(budget)
+
     # --- persistence -------------------------------------------------------------------
 
     def save(self) -> None:
@@ -94,6 +112,7 @@ class Host:
                 fdstore.park(slot, fd.fd)
         host = cls(config, manager, manifest)
         await host._adopt(records, stored)
+        host._spawn_task(host.keep_screens())
         return host
 
     async def _adopt(self, records: list[dict], stored: dict[str, list[int]]) -> None:
@@ -362,6 +381,8 @@ class Host:
             raise RequestError(f"invalid size {cols}x{rows}", "bad-request")
         if s.master is None:
             return
+        if (cols, rows) != (s.cols, s.rows):
+            s.resize_screen(cols, rows)
         pty.set_size(s.master.fd, cols, rows)
         if (cols, rows) != (s.cols, s.rows):
             s.cols, s.rows = cols, rows

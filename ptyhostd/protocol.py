@@ -153,14 +153,14 @@ class Kill(Message):
 
 @_register
 class Attach(Message):
-    """Stream a session. -> Attached, Output (the backlog, then live), ..., Exited."""
+    """Stream a session. -> Attached, Output (a repaint, then live), ..., Exited."""
 
     KIND = 206
     session: str
     cols: int = 0  # 0: leave the size alone
     rows: int = 0
     read_only: bool = False
-    replay: int = -1  # bytes of backlog sent first; -1: all that is held
+    replay: int = -1  # -1: the screen, repainted; N >= 0: the last N raw bytes instead
 
 
 @_register

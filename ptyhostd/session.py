@@ -23,11 +23,15 @@ from typing import Callable, Optional
 from . import protocol
 from .fd import Fd
 from .ring import Ring
+from .screen import Screen
 
 log = logging.getLogger("ptyhostd")
 
 UNIT_PREFIX = "clowder-session-"
 READS_PER_WAKE = 16  # bounds how long one flooding session holds the loop
+# The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
+# the host's one thread): past this, it is rebuilt from the newest bytes instead.
+SCREEN_CATCH_UP = 256 * 1024
 
 EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
 
@@ -93,6 +97,11 @@ class Session:
         self.attachments: set[Attachment] = set()
         self.waiters: list[asyncio.Future] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        # The terminal model, off the byte path: made on the first attach, fed lazily
+        # from the ring; ``screen_pos`` is the ring offset it has been fed up to.
+        self.screen: Optional[Screen] = None
+        self.screen_pos = 0
+        self.last_output = 0.0
 
     # --- records ------------------------------------------------------------------------
 
@@ -141,6 +150,7 @@ class Session:
         """Move what the pty has into the ring and out to attached clients."""
         ring = self.ring
         fd = self.master.fd
+        self.last_output = time.monotonic()
         for _ in range(READS_PER_WAKE):
             start = ring.head
             try:
@@ -178,6 +188,34 @@ class Session:
             data = self.ring.read(start, start + got)
             for att in self.attachments:
                 att.push(start, data)
+
+    # --- the terminal model -------------------------------------------------------------
+
+    def feed_screen(self, limit: int) -> None:
+        """Feed the model up to ``limit`` more bytes of what the ring holds."""
+        ring = self.ring
+        if self.screen is None or self.screen_pos < ring.tail \
+                or ring.head - self.screen_pos > SCREEN_CATCH_UP:
+            self.screen = Screen(self.cols, self.rows)
+            self.screen_pos = max(ring.tail, ring.head - SCREEN_CATCH_UP)
+        end = min(ring.head, self.screen_pos + limit)
+        if end > self.screen_pos:
+            self.screen.feed(ring.read(self.screen_pos, end))
+            self.screen_pos = end
+
+    def repaint(self) -> tuple[bytes, int]:
+        """VT bytes that show the session's current screen, and the ring offset after them.
+
+        What the model holds back (a half-received sequence) is sent after the repaint,
+        so the live bytes that follow complete it.
+        """
+        self.feed_screen(SCREEN_CATCH_UP)
+        return self.screen.repaint() + self.screen.pending, self.screen_pos
+
+    def resize_screen(self, cols: int, rows: int) -> None:
+        if self.screen is not None:
+            self.feed_screen(SCREEN_CATCH_UP)  # bytes before the resize, at the old size
+            self.screen.resize(cols, rows)
 
     # --- the end ------------------------------------------------------------------------
 
