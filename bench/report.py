@@ -1,0 +1,378 @@
+"""Turn a results file into docs/bench.md (always) and docs/bench.png (with matplotlib).
+
+A results file holds lines `BENCHRESULT <name> <json>`: `meta` and one per figure from
+inner.py, then `run` from run.py.  `python report.py --plot RESULTS PNG` draws the plot
+and needs matplotlib (run.py calls it with the plot venv's interpreter); the rest of
+this module uses the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+PREFIX = "BENCHRESULT "
+PEER_ORDER = ["raw pty", "tmux", "screen", "dtach", "abduco", "clowder", "clowderctl"]
+
+HOW = """\
+## How to run
+
+    python3 bench/run.py            # full: 100 MB, 5 rounds, N = 10, 100, 1000
+    python3 bench/run.py --quick    # check run: 20 MB, 3 rounds, N = 10, 100, 1000
+
+As root.  It installs tmux, screen and dtach from Debian if missing (abduco is not
+packaged for Debian 12 and is measured only if an `abduco` is on PATH), copies the tree
+to /opt/clowder-bench/src, installs it into /opt/clowder-bench/venv, boots a private
+systemd instance (tools/sysinstance.py) and runs every peer and clowder inside it, in
+interleaved rounds (every peer once per round, the first one rotating).  Raw results
+are kept in /opt/clowder-bench/results/.  Not part of the test suite; nothing here
+asserts on time.
+"""
+
+WHAT = """\
+## What each figure measures
+
+**1. Throughput.** A fresh session per measurement runs
+`stty -echo; (answer PONG to lines until "go"); cat FILE; print DONE`.  The peer's
+client is attached in a pty of ours (80x24, TERM=xterm-256color); for clowder, either
+the minimal client that speaks `ptyhostd.protocol` directly (`clowder`: splits frames
+and keeps the Output bytes, nothing more) or `clowderctl attach` in a pty
+(`clowderctl`).  A ping/PONG round trip proves the path is live, then the clock runs
+from typing `go` to DONE reaching the attached client.  The raw pty is the limit: the
+job on a pty whose master this process reads.  tmux and screen redraw a screen rather
+than forward every byte, so they are timed to the same event (the end of the job on
+the client's screen), not to a byte count.  MB = 10^6 bytes of the file.  Relay CPU is
+the server plus client processes' CPU time (/proc/PID/schedstat) during the timed part,
+per 100 MB (for clowder: ptyhostd only; the minimal client's is this process's).  The
+tmux and screen clients show no CPU because their servers write to the client's
+terminal directly (the client hands its tty over).
+"x raw" and "x tmux" are ratios of the medians; "paired" is the median of the ratios
+taken within each round (less sensitive to the machine's load drifting).
+
+**2. Restart blackout.** clowder holds N sessions (N-1 `sleep infinity`, one probe
+running `cat`) with the minimal client attached to the probe.  The clock starts just
+before `systemctl restart clowder-ptyhost` is launched (or before `kill -9` of its
+main PID); the client waits for the old host to close its connection, reconnects at
+once (it waits in the socket's backlog, which systemd keeps), then: Welcome ("host
+answers"), ListSessions ("ps answered"), Attach, one key typed and its echo received
+("bytes flow", the headline).  After every trial all N sessions must be listed as
+running; any shortfall is reported.  The floor is clowder-bench-floor.service
+(bench/floor_service.py): a trivial socket-activated Type=notify service, in the same
+interpreter, that gets N parked pty masters back from the FD store, sends READY=1 and
+echoes; same clock, same client (connect, one byte, its echo).  The bare floor is the
+same service with nothing parked.
+
+**3. Keystroke echo.** The session runs `stty raw -echo; exec cat`, so the program (not
+the tty) writes each key back.  A sample is the time from writing one byte into the
+client's terminal (or one Input frame) to that byte arriving in what the client draws;
+samples are 5-15 ms apart.  "idle": nothing else runs in the instance.  "flood":
+meanwhile another session of the same peer (in the same server for tmux and clowder;
+screen, dtach and the raw pty have one process or pty per session anyway) cats the
+throughput file in a loop to its own attached client, drained by a `cat` process.
+
+**4. Memory per session.** Sessions are added without a client (1, then 10, then 100)
+and the PSS (/proc/PID/smaps_rollup) of the peer's server processes is summed: tmux's
+one server; one SCREEN / dtach / abduco process per session; ptyhostd.  The programs
+in the sessions are not counted.  Marginal = (PSS at 100 - PSS at 1) / 99.  Two loads:
+idle, and after each session printed 2,000 lines of ~70 characters.  For clowder the
+growth of systemd's own PSS (PID 1 of the instance) is shown beside it: each session is
+a transient unit that systemd keeps.
+"""
+
+
+def line(name: str, value) -> str:
+    return PREFIX + name + " " + json.dumps(value)
+
+
+def load(path: str) -> dict:
+    out = {}
+    with open(path) as f:
+        for text in f:
+            if text.startswith(PREFIX):
+                name, _, body = text[len(PREFIX):].partition(" ")
+                out[name] = json.loads(body)
+    return out
+
+
+def _ordered(peers: dict) -> list[str]:
+    return [p for p in PEER_ORDER if p in peers] + [p for p in peers if p not in PEER_ORDER]
+
+
+def _f(value, fmt: str = "{:.1f}", none: str = "-") -> str:
+    return none if value is None else fmt.format(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def _throughput(res: dict) -> str:
+    if "error" in res:
+        return f"Failed:\n\n```\n{res['error']}\n```\n"
+    peers = res["peers"]
+    rows = []
+    for name in _ordered(peers):
+        s = peers[name]
+        if "mb_s" not in s:
+            rows.append([name, "failed", "", "", "", "", "", "; ".join(s.get("errors", []))])
+            continue
+        rows.append([
+            name, _f(s["mb_s"]), _f(s["seconds"], "{:.2f}"),
+            _f(s.get("x_raw"), "{:.2f}") + f" ({_f(s.get('x_raw_paired'), '{:.2f}')})",
+            _f(s.get("x_tmux"), "{:.2f}") + f" ({_f(s.get('x_tmux_paired'), '{:.2f}')})",
+            _f(s["relay_cpu_s_per_100mb"], "{:.2f}"),
+            ", ".join(f"{v:.1f}" for v in s["mb_s_all"]),
+            "; ".join(s.get("errors", [])) or "",
+        ])
+    mb = res["file_bytes"] / 1e6
+    return (f"`cat` of {mb:g} MB to an attached client; medians of {res['rounds']} "
+            "interleaved rounds.\n\n"
+            + _table(["peer", "MB/s", "s", "x raw (paired)", "x tmux (paired)",
+                      "relay CPU s / 100 MB", "each round MB/s", "errors"], rows))
+
+
+def _blackout(res: dict) -> str:
+    if "error" in res:
+        return f"Failed:\n\n```\n{res['error']}\n```\n"
+    out = []
+    bare = res.get("bare_floor", {})
+    out.append("Bare floor (trivial notify service, nothing parked), bytes flow again after: "
+               f"restart {_f(bare.get('restart', {}).get('bytes_flow_ms'))} ms, "
+               f"kill -9 {_f(bare.get('kill -9', {}).get('bytes_flow_ms'))} ms.\n")
+    rows = []
+    problems = []
+    for n, entry in res["by_count"].items():
+        for action in ("restart", "kill -9"):
+            c = entry.get("clowder", {}).get(action, {})
+            fl = entry.get("floor", {}).get(action, {})
+            ratio = (c["bytes_flow_ms"] / fl["bytes_flow_ms"]
+                     if c.get("bytes_flow_ms") and fl.get("bytes_flow_ms") else None)
+            rows.append([
+                n, action, _f(c.get("bytes_flow_ms")), _f(c.get("ps_answered_ms")),
+                _f(c.get("old_gone_ms")), _f(c.get("new_exec_ms")), _f(c.get("ready_ms")),
+                _f(fl.get("new_exec_ms")), _f(fl.get("bytes_flow_ms")),
+                _f(ratio, "{:.1f}"),
+                ", ".join(f"{v:g}" for v in c.get("bytes_flow_all_ms", [])),
+            ])
+            problems += [f"N={n} {action}: {p}" for p in c.get("problems", [])]
+        problems += [f"N={n}: {e}" for e in entry.get("errors", [])]
+    out.append(f"Medians of {res['rounds']} trials each, in ms from the restart (or kill) "
+               "being issued.\n")
+    out.append(_table(["N", "how", "clowder: bytes flow", "ps answered", "old host gone",
+                       "new host exec'd", "new host READY", "floor: new exec'd",
+                       "floor (N parked): bytes flow", "x floor", "clowder each trial"], rows))
+    out.append("\n\"old host gone\": its connection to the client closed; \"exec'd\" and "
+               "\"READY\": systemd's own timestamps (ExecMainStartTimestampMonotonic, "
+               "ActiveEnterTimestampMonotonic) of the new main process.  READY to bytes flowing "
+               "is the client's reconnect and attach.\n")
+    extra = []
+    for n, entry in res["by_count"].items():
+        if "spawn_ms_per_session" in entry:
+            fds = entry.get("host_fds") or {}
+            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(fds.items()))
+            extra.append(f"spawning up to N={n}: {entry['spawn_ms_per_session']:.1f} ms a "
+                         f"session ({_f(entry.get('spawn_ms_last10'))} ms each for the last "
+                         "10; one Spawn request at a time on one connection); ptyhostd's open "
+                         f"fds at N={n}: {sum(fds.values())} ({kinds})")
+    st = res.get("startup", {})
+    if st:
+        extra.append(f"the bench venv's interpreter: {_f(st.get('python_bare_ms'))} ms to start "
+                     f"and exit bare, {_f(st.get('python_import_ptyhostd_ms'))} ms to start and "
+                     "import ptyhostd (all of its modules)")
+    if "stop_seconds_at_max" in res:
+        extra.append(f"`systemctl stop clowder-ptyhost` with the largest N: "
+                     f"{res['stop_seconds_at_max']:.1f} s")
+    if extra:
+        out.append("\n" + "\n".join(f"- {e}" for e in extra) + "\n")
+    if problems:
+        out.append("\nProblems seen:\n\n" + "\n".join(f"- {p}" for p in problems) + "\n")
+    return "\n".join(out)
+
+
+def _echo(res: dict) -> str:
+    if "error" in res:
+        return f"Failed:\n\n```\n{res['error']}\n```\n"
+    peers = res["peers"]
+    loads = res.get("loads", ["idle"])
+
+    def get(name, load, key):
+        return peers.get(name, {}).get(load, {}).get(key)
+    rows = []
+    for name in _ordered(peers):
+        row = [name]
+        for load in loads:
+            p50, tmux = get(name, load, "p50_ms"), get("tmux", load, "p50_ms")
+            row += [_f(p50, "{:.2f}"), _f(get(name, load, "p99_ms"), "{:.2f}"),
+                    _f(get(name, load, "max_ms"), "{:.2f}"),
+                    _f(p50 / tmux if p50 and tmux else None, "{:.1f}")]
+        row += [str(get(name, loads[0], "samples") or 0), "; ".join(peers[name]["errors"])]
+        rows.append(row)
+    header = ["peer"]
+    for load in loads:
+        header += [f"{load}: p50 ms", "p99 ms", "max ms", "p50 x tmux"]
+    return (f"{res['samples_per_round']} keystrokes a round, {res['rounds']} rounds, pooled "
+            "(samples per load).\n\n" + _table(header + ["samples", "errors"], rows))
+
+
+def _memory(res: dict) -> str:
+    if "error" in res:
+        return f"Failed:\n\n```\n{res['error']}\n```\n"
+    rows = []
+    for name in _ordered(res["peers"]):
+        s = res["peers"][name]
+        row = [name]
+        for load in ("idle", "2000 lines"):
+            m = s.get(load, {})
+            if "error" in m:
+                row += ["failed", m["error"][:60]]
+                continue
+            pss = m.get("pss_kb", {})
+            row += [_f(m.get("per_session_kb_1_100")) + f" ({_f(m.get('per_session_kb_1_10'))})",
+                    " / ".join(str(pss.get(k, "-")) for k in ("1", "10", "100"))]
+        mine = s.get("2000 lines", {}).get("per_session_kb_1_100")
+        theirs = res["peers"].get("tmux", {}).get("2000 lines", {}).get("per_session_kb_1_100")
+        row.append(_f(mine / theirs if mine and theirs else None, "{:.2f}"))
+        pid1 = s.get("idle", {}).get("pid1_per_session_kb_1_100")
+        row.append(_f(pid1) if name == "clowder" else "")
+        rows.append(row)
+    return ("kB of PSS per session, marginal over 1..100 (over 1..10 in brackets), and the "
+            "servers' total PSS in kB at 1 / 10 / 100 sessions.\n\n"
+            + _table(["peer", "idle: kB a session", "idle: PSS 1/10/100",
+                      "2000 lines: kB a session", "2000 lines: PSS 1/10/100",
+                      "2000 lines: x tmux", "systemd PID 1, kB a session (idle)"], rows))
+
+
+def markdown(results: dict, png: str | None, results_name: str) -> str:
+    run = results.get("run", {})
+    meta = results.get("meta", {})
+    out = ["# Benchmarks: clowder beside tmux, screen, dtach and abduco\n"]
+    kind = "quick check run (`--quick`)" if run.get("quick") else "full run"
+    out.append(
+        f"Generated by `python3 bench/run.py{' --quick' if run.get('quick') else ''}` on "
+        f"{run.get('date', '?')}, {kind}, source {run.get('revision', '?')}.  Machine: "
+        f"{meta.get('nproc', '?')} cores, load average "
+        f"{_f((meta.get('loadavg_start') or [None])[0], '{:.2f}')} at the start; other work "
+        "was running on it, so absolute numbers are noisy and the ratios taken within a "
+        "round hold better than MB/s or ms.  Results file: "
+        f"`/opt/clowder-bench/results/{results_name}`.\n")
+    if png:
+        out.append(f"![benchmarks]({png})\n")
+    versions = meta.get("versions", {})
+    if versions:
+        out.append("Versions: " + "; ".join(f"{k} {v}" for k, v in versions.items() if v) + ".\n")
+    skipped = dict(meta.get("skipped", {}))
+    skipped.update({k: v for k, v in run.get("apt_skipped", {}).items() if k not in skipped})
+    if skipped:
+        out.append("Skipped: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()) + ".\n")
+    sections = [("1. Throughput", "throughput", _throughput),
+                ("2. Restart blackout", "blackout", _blackout),
+                ("3. Keystroke echo latency, idle and while another session floods", "echo",
+                 _echo),
+                ("4. Host memory per session", "memory", _memory)]
+    for title, key, fn in sections:
+        out.append(f"## {title}\n")
+        out.append(fn(results[key]) if key in results else "Not run.\n")
+    out.append(WHAT)
+    out.append(HOW)
+    return "\n".join(out)
+
+
+# --- the plot (matplotlib) ----------------------------------------------------------------
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    run = results.get("run", {})
+    fig.suptitle("clowder beside tmux, screen, dtach, abduco"
+                 + (" (quick run)" if run.get("quick") else "")
+                 + f" - {run.get('date', '')}, {results.get('meta', {}).get('nproc', '?')} cores")
+
+    ax = axes[0][0]
+    tp = results.get("throughput", {}).get("peers", {})
+    names = [n for n in _ordered(tp) if "mb_s" in tp[n]]
+    if names:
+        vals = [tp[n]["mb_s"] for n in names]
+        colors = ["#888" if n == "raw pty" else "#d62" if n.startswith("clowder") else "#48c"
+                  for n in names]
+        ax.bar(names, vals, color=colors)
+        for i, v in enumerate(vals):
+            ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+        mb = results["throughput"]["file_bytes"] / 1e6
+        ax.set_title(f"1. cat of {mb:g} MB to an attached client (median MB/s)")
+        ax.tick_params(axis="x", labelrotation=20)
+    else:
+        ax.set_title("1. throughput: not run")
+
+    ax = axes[0][1]
+    bo = results.get("blackout", {}).get("by_count", {})
+    if bo:
+        labels, series = [], {"clowder restart": [], "clowder kill -9": [],
+                              "floor restart": [], "floor kill -9": []}
+        for n, entry in bo.items():
+            labels.append(f"N={n}")
+            for key in series:
+                who, action = key.split(" ", 1)
+                series[key].append(entry.get(who, {}).get(action, {}).get("bytes_flow_ms") or 0)
+        width = 0.2
+        for i, (key, vals) in enumerate(series.items()):
+            ax.bar([x + (i - 1.5) * width for x in range(len(labels))], vals, width, label=key)
+        bare = results["blackout"].get("bare_floor", {}).get("restart", {}).get("bytes_flow_ms")
+        if bare:
+            ax.axhline(bare, color="#444", linestyle=":", label=f"bare floor restart {bare:.0f} ms")
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_ylabel("ms until bytes flow again")
+        ax.set_title("2. restart blackout (median)")
+        ax.legend(fontsize=8)
+    else:
+        ax.set_title("2. restart blackout: not run")
+
+    ax = axes[1][0]
+    ec = results.get("echo", {}).get("peers", {})
+    names = [n for n in _ordered(ec) if "p50_ms" in ec[n].get("idle", {})]
+    if names:
+        xs = range(len(names))
+        bars = [("idle", "p50_ms", -0.3), ("idle", "p99_ms", -0.1),
+                ("flood", "p50_ms", 0.1), ("flood", "p99_ms", 0.3)]
+        for load, key, off in bars:
+            vals = [ec[n].get(load, {}).get(key) or 0 for n in names]
+            ax.bar([x + off for x in xs], vals, 0.2, label=f"{load} {key[:3]}")
+        ax.set_xticks(list(xs), names, rotation=20)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (log)")
+        ax.set_title("3. keystroke echo through an attached client")
+        ax.legend(fontsize=8)
+    else:
+        ax.set_title("3. echo: not run")
+
+    ax = axes[1][1]
+    me = results.get("memory", {}).get("peers", {})
+    names = [n for n in _ordered(me) if "per_session_kb_1_100" in me[n].get("idle", {})]
+    if names:
+        xs = range(len(names))
+        for off, load in ((-0.2, "idle"), (0.2, "2000 lines")):
+            vals = [max(0.1, me[n].get(load, {}).get("per_session_kb_1_100") or 0.1)
+                    for n in names]
+            ax.bar([x + off for x in xs], vals, 0.4, label=load)
+        ax.set_yscale("log")
+        ax.set_xticks(list(xs), names, rotation=20)
+        ax.set_ylabel("kB PSS a session (log)")
+        ax.set_title("4. server memory per session, marginal over 1..100")
+        ax.legend(fontsize=8)
+    else:
+        ax.set_title("4. memory: not run")
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--plot":
+        plot(load(sys.argv[2]), sys.argv[3])
+    else:
+        raise SystemExit("usage: report.py --plot RESULTS PNG")
