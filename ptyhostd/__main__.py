@@ -79,6 +79,8 @@ async def _serve(args) -> None:
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    if _early_signals:  # a stop that came while we were adopting is handled now
+        stop.set()
     # systemctl reload (ExecReload sends SIGHUP): hand off to the installed code.
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(
         host.handoff(listener_fds)))
@@ -92,10 +94,17 @@ async def _serve(args) -> None:
     await host.shutdown()
 
 
+_early_signals: list[int] = []
+
+
 def main(argv=None) -> None:
     args = _parse(argv)
     if args.check_handoff:
         sys.exit(handoff.check_main())
+    # From the first instruction: a SIGTERM during start-up (e.g. a stop racing a
+    # hand-off) must still end sessions properly, not kill us half-way.
+    signal.signal(signal.SIGTERM, lambda sig, _frame: _early_signals.append(sig))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by a hand-off
     setup_logging("ptyhostd")
     try:
         asyncio.run(_serve(args))

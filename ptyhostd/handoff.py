@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 
@@ -143,11 +144,15 @@ def execute(keep: dict[str, list[int]]) -> None:
     for fd in fds:
         os.set_inheritable(fd, True)
     os.environ[ENV] = encode_fds(keep)
+    # A SIGTERM (a stop) during the new code's start-up stays pending until it can
+    # handle it: the mask survives exec, and main() unblocks it once its handler is set.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", "ptyhostd", *sys.argv[1:]])
     except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.environ.pop(ENV, None)
         for fd in fds:
             os.set_inheritable(fd, False)

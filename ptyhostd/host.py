@@ -329,33 +329,42 @@ class Host:
             state = None
         await self._end(s, state, "its program ended")
 
-    async def _end(self, s: Session, state, cause: str) -> None:
-        """Record how ``s`` ended, tell its clients, and release its pty and unit."""
+    async def _end(self, s: Session, state, cause: str, persist: bool = True) -> None:
+        """Record how ``s`` ended, tell its clients, and release its pty and unit.
+
+        ``persist=False`` (a stop, which saves once at the end) skips the manifest
+        writes: each is a whole rewrite, and thousands of them made a stop take seconds.
+        """
         s.drain()
         if state is not None and state.exec_code:
             s.record_exit(state.exec_code, state.exec_status, cause)
         else:
             s.record_exit(0, 0, cause + " (exit status unknown)")
-        self.save()  # recorded before anything is released: a crash now loses nothing
+        if persist:
+            self.save()  # recorded before anything is released: a crash now loses nothing
         s.deliver_exit()
         self._release_master(s)
         try:
             await self.manager.stop(s.unit)
         except ManagerError as exc:
             log.error("session %s: removing its unit: %s", s.id, exc)
-        self._enforce_exited_cap()
-        self.save()
+        if self._enforce_exited_cap() and persist:
+            self.save()
 
     def _release_master(self, s: Session) -> None:
         """Close the pty master (the slave side gets a hang-up) and unpark it."""
         s.close_fds(self.loop, keep_ring=True)
         fdstore.unpark(f"m.{s.id}")
 
-    def _enforce_exited_cap(self) -> None:
-        ended = sorted((s for s in self.sessions.values() if s.state in ("exited", "lost")),
-                       key=lambda s: s.ended_at or 0)
-        for s in ended[:max(0, len(ended) - self.config.max_exited)]:
+    def _enforce_exited_cap(self) -> bool:
+        """Forget the oldest ended sessions beyond the cap; whether any went."""
+        ended = [s for s in self.sessions.values() if s.state in ("exited", "lost")]
+        if len(ended) <= self.config.max_exited:
+            return False
+        ended.sort(key=lambda s: s.ended_at or 0)
+        for s in ended[:len(ended) - self.config.max_exited]:
             self.forget(s, "too many ended sessions kept")
+        return True
 
     def forget(self, s: Session, cause: str) -> None:
         """Drop an ended session and its backlog."""
@@ -449,13 +458,19 @@ class Host:
         self.save()
 
     async def _stop_session(self, s: Session) -> None:
+        """Hang up the session's program, and record how it ended before its unit goes."""
+        state = None
         try:
-            await self.manager.stop(s.unit)
-            state = await self.manager.unit_state(s.unit)
+            await self.manager.kill(s.unit, 1)  # SIGHUP, as when a terminal closes
+            state = await self.manager.wait_finished(s.unit, timeout=5)
         except ManagerError as exc:
-            log.error("session %s: stopping: %s", s.id, exc)
-            state = None
-        await self._end(s, state, "the host was stopped")
+            log.warning("session %s: no clean hang-up (%s): stopping its unit", s.id, exc)
+        if state is None or not state.finished:
+            try:
+                await self.manager.stop(s.unit)  # escalates to SIGKILL after its timeout
+            except ManagerError as exc:
+                log.error("session %s: stopping: %s", s.id, exc)
+        await self._end(s, state, "the host was stopped", persist=False)
 
 
 def _check_argv(argv) -> list[str]:

@@ -28,7 +28,9 @@ from .screen import Screen
 log = logging.getLogger("ptyhostd")
 
 UNIT_PREFIX = "clowder-session-"
-READS_PER_WAKE = 16  # bounds how long one flooding session holds the loop
+# Bounds how long one flooding session holds the loop: 4 reads of up to 64 KiB, then
+# other sessions' keystrokes get their turn (16 made echo under a flood 3x tmux's).
+READS_PER_WAKE = 4
 # The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
 # the host's one thread): past this, it is rebuilt from the newest bytes instead.
 SCREEN_CATCH_UP = 256 * 1024

@@ -67,7 +67,8 @@ def test_reload_keeps_pid_sessions_and_every_byte(host):
     host.ctl("wait", sid, check=False)
     got = numbers(host, sid)
     assert got == list(range(1, len(got) + 1)), "a gap or a duplicate across the hand-off"
-    log = host.run(["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff"]).stdout
+    log = host.run(["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff",
+                    f"_PID={main}"]).stdout
     assert b"took over by hand-off" in log
 
 
@@ -81,7 +82,8 @@ def test_reload_into_a_newer_version_and_refuse_a_downgrade(host):
             f.write(original.replace('__version__ = "', '__version__ = "99.'))
         reload_and_wait(host)
         wait_for(lambda: b"ptyhostd 99." in host.run(
-            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff"]).stdout, 20,
+            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff",
+             f"_PID={main}"]).stdout, 20,
             "the newer version to take over")
         assert host.main_pid() == main and host.ps()[sid]["state"] == "running"
         # Now the running code is 99.x: the installed 0.x would be a downgrade.
@@ -113,8 +115,8 @@ def test_precheck_refuses_code_that_cannot_start(host):
         assert check.returncode == 1 and b"refused" in check.stdout, check.stdout
         host.systemctl("reload", "clowder-ptyhost.service")
         wait_for(lambda: b"hand-off refused" in host.run(
-            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-refused"]).stdout,
-            20, "the host to log why it refused the hand-off")
+            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-refused",
+             f"_PID={main}"]).stdout, 20, "the host to log why it refused the hand-off")
     finally:
         with open(path, "w") as f:
             f.write(original)
@@ -134,8 +136,8 @@ def test_precheck_refuses_code_that_cannot_restore(host):
         assert check.returncode == 1 and b"cannot read this manifest" in check.stdout
         host.systemctl("reload", "clowder-ptyhost.service")
         wait_for(lambda: b"cannot read this manifest" in host.run(
-            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-refused"]).stdout,
-            20, "the host to log why it refused the hand-off")
+            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-refused",
+             f"_PID={main}"]).stdout, 20, "the host to log why it refused the hand-off")
     finally:
         with open(path, "w") as f:
             f.write(original)
