@@ -67,3 +67,4 @@ units: venv
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
+include packaging/packaging.mk

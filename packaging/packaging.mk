@@ -1,0 +1,46 @@
+# clowder packages: `make deb`, `make rpm` (and `make packages` for both) build into
+# dist/ from a temporary copy of the tree (packaging/build.sh); VERSION=X.Y.Z overrides
+# the version read from pyproject.toml.  Included by the Makefile; also usable alone:
+#   make -f packaging/packaging.mk deb VERSION=0.1.1 DIST=/tmp/out
+
+# Not the default goal of the including Makefile, wherever the include line is.
+PKG_SAVED_DEFAULT_GOAL := $(.DEFAULT_GOAL)
+
+PKG_VERSION_DEFAULT := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+VERSION ?= $(PKG_VERSION_DEFAULT)
+DIST    ?= dist
+# The build tools, and the runtime dependencies the installed package needs (for
+# tests/test_packaging.py, which installs the .deb into a private system instance that
+# sees / as it was at boot and cannot download anything).
+PKG_BUILD_DEPS := debhelper dh-python pybuild-plugin-pyproject python3-all \
+	python3-setuptools python3-wheel rpm
+PKG_RUNTIME_DEPS := python3-systemd python3-jeepney python3-yaml python3-pyte
+
+.PHONY: deb rpm packages pkg-deps lintian
+
+pkg-deps:
+	@missing=$$(for p in $(PKG_BUILD_DEPS) $(PKG_RUNTIME_DEPS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+deb: pkg-deps
+	sh packaging/build.sh deb $(VERSION) $(DIST)
+
+rpm: pkg-deps
+	sh packaging/build.sh rpm $(VERSION) $(DIST)
+
+packages: deb rpm
+
+lintian: deb
+	@dpkg -s lintian >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends lintian
+	lintian -EvIL +pedantic $(DIST)/clowder_$(VERSION)_all.deb
+
+# tests/test_packaging.py builds the .deb and .rpm inside the test instance: the tools
+# must be on / before it boots.
+test: pkg-deps
+
+.DEFAULT_GOAL := $(PKG_SAVED_DEFAULT_GOAL)

@@ -1,0 +1,407 @@
+"""The packages (packaging/): the .deb installs into the running systemd, upgrades from
+version N to N+1 while sessions run without touching them, and is removed cleanly; the
+.rpm builds, and its scriptlets never restart the PTY host.
+
+The packages are built here, inside the test instance, from a temporary copy of the
+tree (packaging/build.sh; `make pkg-deps`, run by `make test`, puts the tools on / before
+the instance boots).  CLOWDER_TEST_DEBS=DIR uses two prebuilt clowder_*_all.deb from DIR
+instead.  The .deb test does its own set-up and tear-down (not the ``host`` fixture):
+it sets aside what other tests installed (units in /etc/systemd/system, the control
+daemon's state and configuration, Docker's policy-rc.d, which forbids starting
+services), and puts it all back after purging the package.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+
+import pytest
+
+from conftest import ROOT, wait_for
+
+BUILD = os.path.join(ROOT, "packaging", "build.sh")
+PREBUILT = "CLOWDER_TEST_DEBS"
+UNITS = ("clowder-ptyhost.socket", "clowder-ptyhost.service",
+         "clowder-control.socket", "clowder-control.service")
+CTL = "/usr/bin/clowderctl"
+PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+SOCKET = "/run/clowder/ptyhost.sock"
+
+
+def pyproject_version() -> str:
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        return re.search(r'^version = "([^"]+)"', f.read(), re.M)[1]
+
+
+N = pyproject_version()
+N1 = N + ".1"
+
+
+def run(argv, check=True, **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("env", {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root"})
+    proc = subprocess.run(argv, **kw)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def build(kind: str, version: str, out: str) -> str:
+    if not shutil.which("dpkg-buildpackage" if kind == "deb" else "rpmbuild",
+                        path=PATH):
+        pytest.fail(f"the {kind} build tools are missing: run `make pkg-deps` before the "
+                    f"instance boots, or set {PREBUILT}=DIR with prebuilt .debs")
+    proc = run(["sh", BUILD, kind, version, out], cwd=ROOT, check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"building the {kind} of {version} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def scripts_of(text: str) -> list[str]:
+    """Lines that run: neither blank nor comments."""
+    return [line.strip() for line in text.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def assert_never_restarts_the_host(where: str, text: str) -> None:
+    for line in scripts_of(text):
+        if "ptyhost" in line:
+            assert "restart" not in line, f"{where} restarts the host: {line}"
+            assert not re.search(r"\b(stop|disable --now)\b", line) or "remove" in where, \
+                f"{where} stops the host outside removal: {line}"
+
+
+# --- the .deb ---------------------------------------------------------------------------
+
+
+def deb_field(path: str, field: str) -> str:
+    return run(["dpkg-deb", "-f", path, field]).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory) -> tuple[str, str]:
+    """(path of version N, path of version N+1)."""
+    prebuilt = os.environ.get(PREBUILT)
+    if prebuilt:
+        found = glob.glob(os.path.join(prebuilt, "clowder_*_all.deb"))
+        assert len(found) == 2, f"{PREBUILT}={prebuilt}: want two clowder_*_all.deb, got {found}"
+        a, b = found
+        older = run(["dpkg", "--compare-versions", deb_field(a, "Version"), "lt",
+                     deb_field(b, "Version")], check=False).returncode == 0
+        return (a, b) if older else (b, a)
+    out = str(tmp_path_factory.mktemp("debs"))
+    return build("deb", N, out), build("deb", N1, out)
+
+
+def test_deb_contents(debs):
+    old, new = debs
+    assert deb_field(old, "Version") != deb_field(new, "Version")
+    depends = deb_field(new, "Depends")
+    for dep in ("python3-systemd", "python3-jeepney", "python3-yaml", "python3-pyte"):
+        assert dep in depends, depends
+    files = set(re.findall(r" \.(/\S+)$", run(["dpkg-deb", "-c", new]).stdout, re.M))
+    for path in ["/usr/bin/ptyhostd", "/usr/bin/clowderctl", "/usr/bin/clowder-control",
+                 "/usr/lib/sysusers.d/clowder.conf",
+                 "/usr/lib/python3/dist-packages/ptyhostd/__main__.py",
+                 "/usr/lib/python3/dist-packages/controld/__main__.py",
+                 "/usr/lib/python3/dist-packages/ctl/__main__.py",
+                 *[f"/lib/systemd/system/{u}" for u in UNITS],
+                 *[f"/usr/lib/systemd/user/{u}" for u in UNITS]]:
+        assert path in files, f"{path} is not in {new}"
+
+
+def test_deb_scripts_never_restart_the_host(debs, tmp_path):
+    run(["dpkg-deb", "-e", debs[1], str(tmp_path)])
+    scripts = {name: (tmp_path / name).read_text()
+               for name in ("preinst", "postinst", "prerm", "postrm")
+               if (tmp_path / name).exists()}
+    # No stop before the files are swapped (debhelper's default would stop or restart).
+    assert "ptyhost" not in scripts.get("preinst", "")
+    assert_never_restarts_the_host("postinst", scripts["postinst"])
+    # debhelper's snippets choose the action in a variable (_dh_action=restart).
+    for block in re.findall(r"^# Automatically added by .*?^# End automatically added section",
+                            scripts["postinst"], re.M | re.S):
+        if "clowder-ptyhost" in block:
+            assert "restart" not in block, f"a debhelper snippet restarts the host:\n{block}"
+    assert "reload clowder-ptyhost.service" in scripts["postinst"]
+    assert "try-restart clowder-control.service" in scripts["postinst"]
+    prerm = scripts["prerm"]
+    assert prerm.index("stop clowder-control.service") < \
+        prerm.index("stop clowder-ptyhost.service"), "prerm must stop the control daemon first"
+
+
+@pytest.fixture
+def pkg_slate(systemd_required, tmp_path):
+    """A system with no clowder installed, for the package; what was there comes back."""
+    if os.getuid() != 0:
+        pytest.fail("the package test runs as root (inside the test instance)")
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    moved: list[tuple[str, str]] = []
+
+    def set_aside(path: str) -> None:
+        if os.path.lexists(path):
+            dest = str(aside / str(len(moved)))
+            shutil.move(path, dest)
+            moved.append((path, dest))
+
+    def stop_clowder() -> None:
+        run(["systemctl", "stop", "clowder-control.service", "clowder-control.socket"],
+            check=False)
+        run(["systemctl", "stop", "clowder-ptyhost.service", "clowder-ptyhost.socket"],
+            check=False)
+
+    def purge() -> None:
+        if run(["dpkg", "-s", "clowder"], check=False).returncode == 0:
+            run(["dpkg", "--purge", "clowder"], check=False)
+
+    purge()
+    stop_clowder()
+    # Other tests' `clowderctl install-units` (units in /etc override the package's), the
+    # control daemon's registry and agents (it would bring their agents back), Docker's
+    # policy-rc.d (exit 101: no service may start).
+    for path in sorted(glob.glob("/etc/systemd/system/clowder-*")
+                       + glob.glob("/etc/systemd/system/*.wants/clowder-*")
+                       + glob.glob("/run/systemd/system/clowder-*")):
+        set_aside(path)
+    for path in ("/var/lib/clowder", "/etc/clowder", "/usr/sbin/policy-rc.d"):
+        set_aside(path)
+    run(["systemctl", "daemon-reload"])
+    yield
+    try:
+        stop_clowder()
+        purge()
+        assert not active_clowder_units(), "clowder units left active after the purge"
+    finally:
+        for path, dest in reversed(moved):
+            if os.path.lexists(path):
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
+                    else os.unlink(path)
+            # (the purge may have removed an emptied *.wants directory)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            shutil.move(dest, path)
+        run(["systemctl", "daemon-reload"])
+
+
+def show(unit: str, *props) -> dict:
+    out = run(["systemctl", "show", unit, *[f"-p{p}" for p in props]]).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def active_clowder_units() -> list[str]:
+    out = run(["systemctl", "list-units", "--all", "--plain", "--no-legend",
+               "clowder-ptyhost.*", "clowder-control.*", "clowder-session-*"]).stdout
+    return [" ".join(line.split()[:4]) for line in out.splitlines()
+            if len(line.split()) >= 4 and line.split()[2] in
+            ("active", "activating", "deactivating", "reloading")]
+
+
+def ctl(*args) -> str:
+    return run([CTL, *args], cwd="/").stdout
+
+
+def ps() -> dict:
+    return {s["id"]: s for s in json.loads(ctl("ps", "--json"))}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def backlog(sid: str) -> bytes:
+    return run([CTL, "backlog", sid], text=False, cwd="/").stdout
+
+
+def journal_cursor() -> str:
+    out = run(["journalctl", "-n0", "--show-cursor", "-q"]).stdout
+    return out.strip().split("cursor: ", 1)[1]
+
+
+def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
+    old, new = debs
+    old_version, new_version = deb_field(old, "Version"), deb_field(new, "Version")
+
+    # --- install N: the sockets and the control daemon enabled and running
+    run(["dpkg", "-i", old])
+    for unit in ("clowder-ptyhost.socket", "clowder-control.socket", "clowder-control.service"):
+        assert run(["systemctl", "is-enabled", unit], check=False).stdout.strip() == "enabled", unit
+        wait_for(lambda: show(unit, "ActiveState")["ActiveState"] == "active", 20,
+                 f"{unit} to be active after the installation")
+    for unit in UNITS:
+        assert show(unit, "FragmentPath")["FragmentPath"] == f"/lib/systemd/system/{unit}"
+    gid = int(run(["getent", "group", "clowder"]).stdout.split(":")[2])
+    st = os.stat(SOCKET)
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == gid
+
+    # --- two sessions, with output, through the packaged clowderctl (root, system units)
+    script = 'echo "hello $0"; while read -r line; do echo "got-$line $0"; done'
+    ids = [ctl("spawn", "--name", f"pkg-{name}", "--", "sh", "-c", script, name).strip()
+           for name in ("a", "b")]
+    for sid, name in zip(ids, "ab"):
+        wait_for(lambda: f"hello {name}".encode() in backlog(sid), 20,
+                 f"session {name} to print its greeting")
+    before = ps()
+    pids = {sid: before[sid]["pid"] for sid in ids}
+    backlogs = {sid: backlog(sid) for sid in ids}
+    host = show("clowder-ptyhost.service", "MainPID", "InvocationID", "NRestarts")
+    control = wait_for(lambda: (lambda p: p if int(p["MainPID"]) else None)(
+        show("clowder-control.service", "MainPID", "InvocationID")), 20,
+        "clowder-control to have a main PID")
+    socket_inode = os.stat(SOCKET).st_ino
+    # Does the installed host hand off in place on reload (it answers the pre-check)?
+    check = run([CTL, "upgrade", "--check"], check=False, cwd="/")
+    handoff = f"running {old_version}" in check.stdout
+    if os.path.exists(os.path.join(ROOT, "ptyhostd", "handoff.py")) and \
+            not os.environ.get(PREBUILT):
+        assert handoff, f"the pre-check of the installed host failed: {check.stdout}{check.stderr}"
+    assert int(host["MainPID"]) and all(alive(p) for p in pids.values())
+    cursor = journal_cursor()
+
+    # --- upgrade to N+1
+    upgrade = run(["dpkg", "-i", new])
+    assert run(["dpkg-query", "-W", "-f=${Version}", "clowder"]).stdout == new_version
+    assert new_version in run(["/usr/bin/ptyhostd", "--version"]).stdout
+    # The host was never stopped (a stop flushes the FD store): same invocation, same PID.
+    after = show("clowder-ptyhost.service", "MainPID", "InvocationID", "NRestarts",
+                 "ActiveState")
+    assert after["ActiveState"] == "active", upgrade.stdout + upgrade.stderr
+    assert after["InvocationID"] == host["InvocationID"], "the host was restarted by the upgrade"
+    assert after["MainPID"] == host["MainPID"] and after["NRestarts"] == host["NRestarts"]
+    assert os.stat(SOCKET).st_ino == socket_inode, "the listening socket was re-created"
+    # The running host took over the new code in place (the hand-off), or, for a host
+    # that predates it, logged the reload request and kept serving.
+    if handoff:
+        wait_for(lambda: f"running {new_version}" in run([CTL, "upgrade", "--check"],
+                                                         check=False, cwd="/").stdout, 30,
+                 f"the running host to report version {new_version} after the hand-off")
+    else:
+        wait_for(lambda: "SIGHUP" in run(["journalctl", "-q", "-o", "cat", "--after-cursor",
+                                          cursor, "_PID=" + host["MainPID"]]).stdout, 20,
+                 "the host to log the reload request of the upgrade")
+    after = show("clowder-ptyhost.service", "MainPID", "InvocationID", "NRestarts",
+                 "ActiveState")
+    assert after["MainPID"] == host["MainPID"] and after["InvocationID"] == host["InvocationID"]
+    # Sessions untouched: same ids and pids, running, backlogs intact, still served.
+    now = ps()
+    for sid in ids:
+        assert sid in now and now[sid]["pid"] == pids[sid], (before, now)
+        assert now[sid]["state"] == before[sid]["state"] and alive(pids[sid])
+        assert backlog(sid).startswith(backlogs[sid]), "backlog changed by the upgrade"
+    for sid, name in zip(ids, "ab"):
+        ctl("send", sid, "ping\r")
+        wait_for(lambda: f"got-ping {name}".encode() in backlog(sid), 20,
+                 f"session {name} to answer after the upgrade")
+    # The control daemon was restarted (it holds nothing a restart loses).
+    wait_for(lambda: (lambda p: p["ActiveState"] == "active"
+                      and p["InvocationID"] != control["InvocationID"]
+                      and int(p["MainPID"]) not in (0, int(control["MainPID"])))(
+        show("clowder-control.service", "ActiveState", "InvocationID", "MainPID")), 20,
+        "clowder-control to run again, restarted by the upgrade")
+
+    # --- removal stops everything: no clowder unit active, no session process left
+    run(["dpkg", "-r", "clowder"])
+    assert not active_clowder_units(), active_clowder_units()
+    wait_for(lambda: not any(alive(p) for p in pids.values()), 20,
+             "the sessions' processes to end with the removal")
+    for unit in UNITS:
+        assert not os.path.exists(f"/lib/systemd/system/{unit}")
+    assert not os.path.exists("/usr/bin/ptyhostd")
+    run(["dpkg", "--purge", "clowder"])
+    assert run(["dpkg", "-s", "clowder"], check=False).returncode != 0
+    assert not os.path.exists("/var/lib/clowder")
+    assert old_version != new_version
+
+
+# --- the .rpm ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rpm(tmp_path_factory) -> str:
+    return build("rpm", N, str(tmp_path_factory.mktemp("rpm")))
+
+
+def rpm_scriptlets(path: str) -> dict[str, str]:
+    """{"pre": text, "post": ..., "preun", "postun", "posttrans"} from rpm -qp --scripts."""
+    out = run(["rpm", "-qp", "--scripts", path]).stdout
+    names = {"preinstall": "pre", "postinstall": "post", "preuninstall": "preun",
+             "postuninstall": "postun", "posttrans": "posttrans", "pretrans": "pretrans"}
+    parts: dict[str, str] = {}
+    current = None
+    for line in out.splitlines():
+        m = re.match(r"^(\w+) scriptlet \(using [^)]*\):$", line)
+        if m:
+            current = names.get(m[1], m[1])
+            parts[current] = ""
+        elif current:
+            parts[current] += line + "\n"
+    return parts
+
+
+def test_rpm_builds_with_the_layout(rpm):
+    files = set(run(["rpm", "-qlp", rpm]).stdout.split())
+    for path in ["/usr/bin/ptyhostd", "/usr/bin/clowderctl", "/usr/bin/clowder-control",
+                 "/usr/lib/sysusers.d/clowder.conf",
+                 "/usr/lib/systemd/system-preset/80-clowder.preset",
+                 *[f"/usr/lib/systemd/system/{u}" for u in UNITS],
+                 *[f"/usr/lib/systemd/user/{u}" for u in UNITS]]:
+        assert path in files, f"{path} is not in {rpm}"
+    requires = run(["rpm", "-qp", "--requires", rpm]).stdout
+    for dep in ("python3-systemd", "python3-jeepney", "python3-pyyaml", "python3-pyte"):
+        assert dep in requires
+
+
+def test_rpm_scriptlets_never_restart_the_host(rpm):
+    s = rpm_scriptlets(rpm)
+    for name in ("pre", "post", "postun", "posttrans"):
+        assert_never_restarts_the_host(name, s.get(name, ""))
+    # Upgrade: the old package's postun restarts only the control daemon ...
+    restarts = [line for line in scripts_of(s["postun"]) if "restart" in line]
+    assert restarts and all("clowder-control.service" in line for line in restarts), restarts
+    # ... and posttrans hands the running host over to the new code, after an upgrade only.
+    posttrans = s["posttrans"]
+    assert "reload clowder-ptyhost.service" in posttrans
+    assert "--signal=SIGHUP clowder-ptyhost.service" in posttrans
+    assert "rpm-state/clowder/upgrade" in posttrans and "rpm-state/clowder/upgrade" in s["pre"]
+    assert re.search(r"if \[ \$1 -gt 1 \]", s["pre"])
+    # Removal: everything stopped, the control daemon before the host, only when $1 is 0.
+    preun = s["preun"]
+    assert re.search(r"if \[ \$1 -eq 0 \]", preun)
+    assert preun.index("stop clowder-control.service") < \
+        preun.index("stop clowder-ptyhost.service")
+    # The group exists before the sockets (SocketGroup=clowder) are started.
+    assert "clowder" in s["pre"] and ("groupadd" in s["pre"] or "sysusers" in s["pre"])
+
+
+# --- the packaging sources --------------------------------------------------------------
+
+
+def test_packaged_versions_follow_pyproject():
+    with open(os.path.join(ROOT, "packaging", "debian", "changelog")) as f:
+        assert re.match(rf"clowder \({re.escape(N)}\) ", f.readline()), \
+            "packaging/debian/changelog: its top entry must be pyproject.toml's version"
+    with open(os.path.join(ROOT, "packaging", "rpm", "clowder.spec")) as f:
+        assert re.search(rf"%global clowder_version {re.escape(N)}\}}", f.read()), \
+            "packaging/rpm/clowder.spec: its default clowder_version must be pyproject's"
+
+
+def test_every_unit_is_packaged():
+    with open(os.path.join(ROOT, "packaging", "debian", "clowder.install")) as f:
+        listed = {line.split()[0] for line in f if line.strip()}
+    shipped = {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "units", "*.*"))
+               + glob.glob(os.path.join(ROOT, "units", "user", "*.*"))}
+    assert listed == shipped
+    with open(os.path.join(ROOT, "packaging", "rpm", "clowder.spec")) as f:
+        spec = f.read()
+    for unit in {os.path.basename(p) for p in shipped}:
+        assert unit in spec
