@@ -42,7 +42,8 @@ def _parse(argv):
 
 
 def _is_parked(name: str) -> bool:
-    return name.startswith(("m.", "r.")) or name in SLOTS
+    """Everything but the listening sockets."""
+    return name.startswith(("m.", "r.")) or name in SLOTS or name == handoff.SCREENS
 
 
 def _listeners(stored: dict[str, list[int]], path: str | None) -> list[socket.socket]:

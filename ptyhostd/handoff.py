@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import struct
 import subprocess
 import sys
 
@@ -69,6 +70,43 @@ def inherited() -> dict[str, list[int]] | None:
         for fd in group:
             os.set_inheritable(fd, False)
     return fds
+
+
+# --- screens cross as VT bytes, never as objects (two versions share no object format) ---
+
+SCREENS = "screens"  # the name of the memfd that carries them across the exec
+_LEN = struct.Struct("<Q")
+
+
+def pack_screens(screens: dict[str, dict]) -> int:
+    """A memfd holding each session's repaint bytes: {id: {"pos", "cols", "rows", "vt"}}."""
+    index, blobs, offset = {}, [], 0
+    for sid, sc in screens.items():
+        index[sid] = {"pos": sc["pos"], "cols": sc["cols"], "rows": sc["rows"],
+                      "at": offset, "len": len(sc["vt"])}
+        blobs.append(sc["vt"])
+        offset += len(sc["vt"])
+    head = json.dumps(index).encode()
+    fd = os.memfd_create("clowder-screens", os.MFD_CLOEXEC)
+    os.write(fd, _LEN.pack(len(head)) + head + b"".join(blobs))
+    return fd
+
+
+def unpack_screens(fd: int) -> dict[str, dict]:
+    """The inverse of pack_screens; the fd is closed.  Damage yields no screens, not an
+    error: a screen is rebuilt from the ring when it is missing."""
+    try:
+        data = os.pread(fd, 1 << 31, 0)
+        (hlen,) = _LEN.unpack_from(data)
+        index = json.loads(data[_LEN.size:_LEN.size + hlen])
+        base = _LEN.size + hlen
+        return {sid: {**e, "vt": data[base + e["at"]:base + e["at"] + e["len"]]}
+                for sid, e in index.items()}
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+        log.warning("screens from the hand-off are unusable, rebuilding them: %s", exc)
+        return {}
+    finally:
+        os.close(fd)
 
 
 # --- the check, run by the new code as its own process ------------------------------------

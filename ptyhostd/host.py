@@ -21,6 +21,7 @@ from .fd import Fd
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
+from .screen import Screen
 from .session import UNIT_PREFIX, Session, unit_name
 
 log = logging.getLogger("ptyhostd")
@@ -73,6 +74,19 @@ class Host:
                         and now - s.last_output > quiet:
                     s.feed_screen(budget)
 
+    def _seed_screens(self, screens: dict[str, dict]) -> None:
+        """Rebuild the models handed over as VT bytes (a repaint, fed to a fresh model)."""
+        for sid, sc in screens.items():
+            s = self.sessions.get(sid)
+            if s is None or s.state != "running" or sc["pos"] < s.ring.tail:
+                continue
+            s.screen = Screen(sc["cols"], sc["rows"])
+            s.screen.feed(sc["vt"])
+            s.screen_pos = sc["pos"]
+        if screens:
+            log.info("%d screens carried across the hand-off", len(screens),
+                     extra={"CLOWDER_CAUSE": "handoff"})
+
     # --- persistence -------------------------------------------------------------------
 
     def save(self) -> None:
@@ -112,6 +126,8 @@ class Host:
                 fdstore.park(slot, fd.fd)
         host = cls(config, manager, manifest)
         await host._adopt(records, stored)
+        for fd in stored.get(handoff.SCREENS, []):
+            host._seed_screens(handoff.unpack_screens(fd))
         host._spawn_task(host.keep_screens())
         return host
 
@@ -424,7 +440,15 @@ class Host:
             log.info("hand-off to ptyhostd %s: check passed (%d sessions)", report["version"],
                      report["sessions"], extra={"CLOWDER_CAUSE": "handoff"})
             self.save()
-            handoff.execute({**self.parked(), **listeners})  # returns only on failure
+            screens = handoff.pack_screens({
+                s.id: {"pos": s.screen_pos, "cols": s.cols, "rows": s.rows,
+                       "vt": s.screen.repaint() + s.screen.pending}
+                for s in self.sessions.values() if s.screen is not None})
+            try:
+                # returns only on failure
+                handoff.execute({**self.parked(), **listeners, handoff.SCREENS: [screens]})
+            finally:
+                os.close(screens)
         except handoff.HandoffError as exc:
             self.last_handoff_error = str(exc)
             log.error("hand-off refused, the running code keeps serving: %s", exc,

@@ -184,3 +184,29 @@ def test_crash_during_real_restore_loses_nothing_but_time(host):
     got = numbers(host, sid)
     lost["bytes"] = len(set(range(1, max(got) + 1)) - set(got)) + (len(got) - len(set(got)))
     assert lost == {"sessions": 0, "bytes": 0}, f"lost in a crashed restore: {lost}"
+
+
+def test_attached_client_is_repainted_after_a_handoff(host):
+    """A client attached during the hand-off reconnects and is repainted from the screen
+    that crossed the exec as VT bytes; typing carries on."""
+    from test_attach import DETACH, Attach, ready, shell
+    sid = shell(host)
+    main = host.main_pid()
+    a = Attach(host, sid)
+    try:
+        ready(a)
+        a.type(b"echo before-$((3+4))\r")
+        a.expect(b"before-7", what="typing before the hand-off")
+        reload_and_wait(host)
+        a.expect(b"\x1bc", timeout=30, what="the client to reattach after the hand-off")
+        a.expect(b"before-7", what="the repaint after the hand-off")
+        a.type(b"echo after-$((5+5))\r")
+        a.expect(b"after-10", what="typing after the hand-off")
+        a.type(DETACH)
+        assert a.finish() == 0
+    finally:
+        a.close()
+    assert host.main_pid() == main
+    log = host.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={main}"]).stdout
+    assert b"screens from the hand-off are unusable" not in log
+    assert re.search(rb"[1-9]\d* screens carried across the hand-off", log), log[-2000:]
