@@ -222,10 +222,15 @@ class Connection(asyncio.Protocol):
 
     def _attach(self, msg: protocol.Attach) -> None:
         s = self._session(msg.session)
-        if not msg.read_only and msg.cols and msg.rows and s.state == "running":
-            self.host.resize(s, msg.cols, msg.rows)
+        att = Attachment(self, s, msg.read_only, repaints=msg.replay < 0,
+                         size=(msg.cols, msg.rows))
+        # The size belongs to the client that typed last; a new writer takes it if no
+        # one holds it.  A read-only watcher never does.
+        if not msg.read_only and s.state == "running" and s.size_owner not in s.attachments:
+            s.size_owner = att
+            if msg.cols and msg.rows:
+                self.host.resize(s, msg.cols, msg.rows)
         self.send(protocol.Attached(session=s.info()))
-        att = Attachment(self, s, msg.read_only)
         if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
             att.pos = max(s.ring.tail, s.ring.head - msg.replay)
         else:  # a terminal: the current screen, repainted, then live output
@@ -252,11 +257,19 @@ class Connection(asyncio.Protocol):
             self.send(protocol.Error(message="this attach is read-only: input refused",
                                      code="read-only"))
             return
+        s = att.session
         try:
             if isinstance(msg, protocol.Input):
-                self._write_input(att.session, msg.data)
+                if s.size_owner is not att:
+                    s.size_owner = att  # typing takes the size
+                    if all(att.size):
+                        self.host.resize(s, *att.size)
+                self._write_input(s, msg.data)
             else:
-                self.host.resize(att.session, msg.cols, msg.rows)
+                att.size = (msg.cols, msg.rows)
+                if s.size_owner in (att, None) or s.size_owner not in s.attachments:
+                    s.size_owner = att
+                    self.host.resize(s, msg.cols, msg.rows)
         except RequestError as exc:
             self.send(protocol.Error(message=str(exc), code=exc.code))
 

@@ -34,6 +34,8 @@ READS_PER_WAKE = 4
 # The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
 # the host's one thread): past this, it is rebuilt from the newest bytes instead.
 SCREEN_CATCH_UP = 256 * 1024
+# A terminal client this far behind is repainted rather than sent what it missed.
+RESYNC_AFTER = 1 << 20
 
 EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
 
@@ -45,10 +47,13 @@ def unit_name(sid: str) -> str:
 class Attachment:
     """One client streaming a session; ``pos`` is the ring offset it has been sent up to."""
 
-    def __init__(self, conn, session: "Session", read_only: bool):
+    def __init__(self, conn, session: "Session", read_only: bool, repaints: bool = True,
+                 size: tuple[int, int] = (0, 0)):
         self.conn = conn
         self.session = session
         self.read_only = read_only
+        self.repaints = repaints  # a terminal (resynchronised by repaint), not a raw reader
+        self.size = size  # the client's terminal size; applied while it owns the size
         self.pos = session.ring.head
         self.paused = False
 
@@ -62,10 +67,14 @@ class Attachment:
     def catch_up(self) -> None:
         """Send what the ring holds past ``pos`` until the client's buffer is full again."""
         ring = self.session.ring
-        if self.pos < ring.tail:
-            # The ring overwrote what this client had not yet seen: it resumes at the
-            # oldest byte held.  (A repaint from the screen model replaces this later.)
-            self.pos = ring.tail
+        if self.repaints and ring.head - self.pos > RESYNC_AFTER:
+            # Far behind (a client that stopped reading): the current screen replaces
+            # the bytes it missed, instead of megabytes of stale frames.
+            painted, self.pos = self.session.repaint()
+            for i in range(0, len(painted), protocol.MAX_DATA):
+                self.conn.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
+        elif self.pos < ring.tail:
+            self.pos = ring.tail  # a raw reader resumes at the oldest byte held
         while not self.paused and self.pos < ring.head:
             chunk = ring.read(self.pos, min(ring.head, self.pos + protocol.MAX_DATA))
             self.conn.write_raw(protocol.encode_output(chunk))
@@ -104,6 +113,7 @@ class Session:
         self.screen: Optional[Screen] = None
         self.screen_pos = 0
         self.last_output = 0.0
+        self.size_owner: Optional[Attachment] = None  # the client that typed last
 
     # --- records ------------------------------------------------------------------------
 

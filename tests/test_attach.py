@@ -334,3 +334,76 @@ def test_keys_typed_as_the_host_goes_away_are_delivered(host, attach):
     a.expect(b"after-42", what="typed input to work after the restart")
     a.type(DETACH)
     assert a.finish() == 0
+
+
+def test_size_belongs_to_the_client_that_typed_last(host, attach):
+    sid = shell(host)
+    a = attach(sid, cols=90, rows=25)
+    ready(a)
+    b = attach(sid, cols=120, rows=40)
+    ready(b)
+    # a attached first and holds the size until b types.
+    assert (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (90, 25)
+    b.type(b"\r")
+    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (120, 40), 10,
+             "the size of the client that typed (b)")
+    a.set_size(95, 26)  # a resize from a client that does not own the size changes nothing
+    a.type(b"\r")
+    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (95, 26), 10,
+             "the size of the client that typed last (a)")
+    for c in (a, b):
+        c.type(DETACH)
+        assert c.finish() == 0
+
+
+def test_stalled_client_is_bounded_and_repainted(host):
+    """A client that stops reading while the session prints a lot: the host's memory stays
+    bounded, a reading client gets everything, and the stalled one, reading again, gets
+    the current screen (a repaint) rather than the megabytes it missed."""
+    import socket as socketlib
+
+    from ptyhostd import protocol as P
+    sid = host.spawn("sh", "-c", "read x; seq 1 3000000; echo the-end; exec sleep 100000")
+    pid = host.main_pid()
+
+    def attach_raw(**kw):
+        s = socketlib.socket(socketlib.AF_UNIX)
+        s.connect(host.socket)
+        s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION)) +
+                  P.encode(P.Attach(session=sid, read_only=True, **kw)))
+        return s
+    stalled = attach_raw()
+    stalled.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_RCVBUF, 4096)
+    reader = attach_raw(replay=0)
+    rss_before = int(open(f"/proc/{pid}/statm").read().split()[1]) * 4096
+    host.ctl("send", sid, "go\r")
+    raw = bytearray()
+    reader.settimeout(60)
+    while b"the-end" not in raw[-4096:]:  # read as fast as we can, parse afterwards
+        chunk = reader.recv(1 << 20)
+        assert chunk, "the reading client was disconnected"
+        raw += chunk
+    got = b"".join(m.data for m in P.FrameReader().feed(bytes(raw))
+                   if isinstance(m, P.Output))
+    lines = got.split(b"\r\n")
+    numbers = lines[lines.index(b"1"):lines.index(b"the-end")]
+    assert numbers == [str(i).encode() for i in range(1, 3_000_001)], \
+        "the reading client missed output while the other one was stalled"
+    rss = int(open(f"/proc/{pid}/statm").read().split()[1]) * 4096
+    assert rss - rss_before < 64 << 20, f"host grew by {(rss - rss_before) >> 20} MiB"
+    # Now the stalled client reads: a bounded amount, ending with the current screen.
+    stalled.settimeout(10)
+    data = bytearray()
+    frames = P.FrameReader()
+    deadline = time.monotonic() + 30
+    while b"the-end" not in data and time.monotonic() < deadline:
+        chunk = stalled.recv(1 << 16)
+        assert chunk
+        for m in frames.feed(chunk):
+            if isinstance(m, P.Output):
+                data += m.data
+    assert b"the-end" in data, "the stalled client never caught up"
+    assert len(data) < 8 << 20, f"the stalled client was sent {len(data) >> 20} MiB"
+    assert b"\x1b[?2026h" in data, "no repaint reached the stalled client"
+    stalled.close()
+    reader.close()
