@@ -15,9 +15,10 @@ import struct
 from typing import Optional
 
 from . import __version__, handoff, protocol
+from .history import text_lines
 from .pty import write_some
 from .host import Host, RequestError
-from .session import Attachment, Session
+from .session import SCREEN_CATCH_UP, Attachment, Session
 
 log = logging.getLogger("ptyhostd")
 
@@ -25,6 +26,7 @@ log = logging.getLogger("ptyhostd")
 CLIENT_HIGH_WATER = 1 << 20
 CLIENT_LOW_WATER = 256 << 10
 _CREDS = struct.Struct("3i")
+HISTORY_BYTES = 1 << 20  # the most raw backlog turned into text for one history request
 
 
 class Connection(asyncio.Protocol):
@@ -196,6 +198,18 @@ class Connection(asyncio.Protocol):
             self.send(P.Ok())
         elif isinstance(msg, P.Attach):
             self._attach(msg)
+        elif isinstance(msg, P.GetSnapshot):
+            if msg.format not in ("text", "ansi", "html"):
+                raise RequestError(f"unknown snapshot format {msg.format!r}", "bad-request")
+            s = self._session(msg.session)
+            s.feed_screen(SCREEN_CATCH_UP)
+            text = s.screen.snapshot(msg.format)
+            self.send(P.SnapshotData(data=text.encode() if isinstance(text, str) else text))
+        elif isinstance(msg, P.GetHistory):
+            ring = self._session(msg.session).ring
+            lines = text_lines(ring.read(max(ring.tail, ring.head - HISTORY_BYTES)))
+            keep = lines[-msg.lines:] if msg.lines > 0 else []
+            self.send(P.SnapshotData(data="\n".join(keep).encode() + b"\n" * bool(keep)))
         elif isinstance(msg, P.UpgradeCheck):
             try:
                 report = await self.host.check_handoff()

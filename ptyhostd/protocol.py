@@ -202,6 +202,24 @@ class UpgradeCheck(Message):
     KIND = 211
 
 
+@_register
+class GetSnapshot(Message):
+    """The current screen as ``format`` text, ansi or html. -> SnapshotData."""
+
+    KIND = 212
+    session: str
+    format: str = "text"
+
+
+@_register
+class GetHistory(Message):
+    """The last ``lines`` lines of output as plain text. -> SnapshotData."""
+
+    KIND = 213
+    session: str
+    lines: int = 100
+
+
 # 3xx: replies and streams (host -> client)
 
 
@@ -317,6 +335,14 @@ class CheckReport(Message):
     message: str
     version: str = ""
     new_version: str = ""
+
+
+@_register
+class SnapshotData(Message):
+    """Host -> client: a snapshot or history, as UTF-8 bytes."""
+
+    KIND = 307
+    data: bytes = b""
 
 
 SESSION_FIELDS = (

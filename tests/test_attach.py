@@ -407,3 +407,19 @@ def test_stalled_client_is_bounded_and_repainted(host):
     assert b"\x1b[?2026h" in data, "no repaint reached the stalled client"
     stalled.close()
     reader.close()
+
+
+def test_snapshot_and_history(host):
+    sid = host.spawn("sh", "-c", "printf 'one\\ntwo\\rTW\\n\\033[1mbold\\033[0m\\n'; "
+                     "printf '\\033[31mred\\033[0m'; exec sleep 100000", size="40x10")
+    wait_for(lambda: b"red" in host.backlog(sid), 10, "the program's output")
+    text = host.ctl("snapshot", sid).stdout.decode()
+    assert text.splitlines()[:4] == ["one", "TWo", "bold", "red"], text
+    ansi = host.ctl("snapshot", sid, "--format", "ansi").stdout
+    assert b"\x1b[" in ansi and b"red" in ansi
+    html = host.ctl("snapshot", sid, "--format", "html").stdout.decode()
+    assert "<" in html and "bold" in html
+    hist = host.ctl("history", sid, "--lines", "2").stdout.decode()
+    assert hist == "bold\nred\n", hist
+    proc = host.ctl("snapshot", sid, "--format", "pdf", check=False)
+    assert proc.returncode == 2 and b"invalid choice" in proc.stderr

@@ -1,7 +1,7 @@
 """One module per clowderctl subcommand; each has add_parser(sub) and run(args)."""
 
 from . import (agents, attach, backlog, config, install_units, kill, logs, ps, rm, send,
-               spawn, status, upgrade, wait)
+               snapshot, spawn, status, upgrade, wait)
 
-COMMANDS = (spawn, ps, send, backlog, wait, kill, attach, rm, agents, status, logs, config,
-            upgrade, install_units)
+COMMANDS = (spawn, ps, send, backlog, snapshot, wait, kill, attach, rm, agents, status, logs,
+            config, upgrade, install_units)
