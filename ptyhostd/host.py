@@ -22,7 +22,7 @@ from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 from .screen import Screen
-from .session import UNIT_PREFIX, Session, unit_name
+from .session import UNIT_PREFIX, Session
 
 log = logging.getLogger("ptyhostd")
 

@@ -10,11 +10,13 @@ same tests run against both kinds of units.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -39,6 +41,27 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.01):
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for: {what}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def socket_sampler(path: str):
+    """Check that ``path`` exists every 2 ms while the block runs; yields the list of
+    moments it was missing (the socket file must never disappear)."""
+    missing: list[float] = []
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            if not os.path.exists(path):
+                missing.append(time.monotonic())
+            stop.wait(0.002)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield missing
+    finally:
+        stop.set()
+        sampler.join()
 
 
 def ensure_user(name: str, uid: int, groups: str = "") -> int:

@@ -5,7 +5,6 @@ send to nor kill it."""
 from __future__ import annotations
 
 import os
-import pwd
 import subprocess
 
 import pytest

@@ -70,7 +70,7 @@ class Control:
 
     def journal(self, agent: str) -> list[dict]:
         unit = ["-u", "clowder-control.service"] if self.host.scope == "system" else \
-            [f"_SYSTEMD_USER_UNIT=clowder-control.service", f"_UID={self.host.uid}"]
+            ["_SYSTEMD_USER_UNIT=clowder-control.service", f"_UID={self.host.uid}"]
         out = subprocess.run(["journalctl", "--no-pager", "-o", "json", *unit,
                               f"CLOWDER_AGENT={agent}"], capture_output=True, check=True)
         return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]

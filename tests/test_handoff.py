@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-import time
 
 import subprocess
 
-from conftest import PYTHON, wait_for
+from conftest import PYTHON, socket_sampler, wait_for
 from test_ptyhost import COUNTER
 
 # The installed code, as the host runs it (not this checkout, which is first on sys.path).
@@ -38,24 +36,12 @@ def test_reload_keeps_pid_sessions_and_every_byte(host):
     other = host.spawn("sh", "-c", "sleep 1; exit 5")
     pids = {k: v["pid"] for k, v in host.ps().items()}
     main = host.main_pid()
-    missing, stop = [], threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            if not os.path.exists(host.socket):
-                missing.append(time.monotonic())
-            stop.wait(0.002)
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
+    with socket_sampler(host.socket) as missing:
         for i in range(3):
             mark = len(numbers(host, sid))
             reload_and_wait(host)
             wait_for(lambda: len(numbers(host, sid)) > mark + 20, 10,
                      f"output to flow after hand-off {i + 1}")
-    finally:
-        stop.set()
-        sampler.join()
     assert host.main_pid() == main, "the main PID changed: that was a restart, not a hand-off"
     assert not missing, "the socket file disappeared during a hand-off"
     now = host.ps()

@@ -5,7 +5,6 @@ the host and every session carry on."""
 from __future__ import annotations
 
 import socket
-import struct
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

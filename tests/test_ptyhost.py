@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import threading
-import time
 
 import pytest
 
-from conftest import PYTHON, wait_for
+from conftest import PYTHON, socket_sampler, wait_for
 
 # A program that prints a numbered line every millisecond until told to stop.
 COUNTER = ("import sys, time\n"
@@ -122,22 +119,9 @@ def test_client_served_after_host_comes_back(host):
     os.kill(old, 9)
     wait_for(lambda: host.show("clowder-ptyhost.service", "SubState")["SubState"]
              == "auto-restart", 5, "the host to be down")
-    missing = []
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            if not os.path.exists(host.socket):
-                missing.append(time.monotonic())
-            stop.wait(0.002)
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
+    with socket_sampler(host.socket) as missing:
         proc = host.ctl("ps", "--json")  # connects while the host is down
         assert host.show("clowder-ptyhost.service", "MainPID")["MainPID"] != str(old)
-    finally:
-        stop.set()
-        sampler.join()
     assert sid.encode() in proc.stdout
     assert not missing, "the socket file disappeared while the host was down"
 

@@ -1,0 +1,322 @@
+"""Issue 6, first slice: `clowderctl relay` and `clowderctl --host` over real ssh.
+
+The remote is a real second machine as far as clowderctl can tell: a systemd instance of
+its own (tools/sshhost.py, booted here, inside the test instance: instances nest) with
+its own network namespace, Debian's sshd, a pinned host key and key-only login; the
+units are installed there as on any server, and clowderctl reaches them only through
+`ssh root@169.254.77.2 clowderctl relay`. The test side runs ssh in a network namespace
+of its own (part of $CLOWDER_SSH), so no address is added where the tests run.
+
+Needs the openssh-server debs fetched on the host first (`python3 tools/sshhost.py
+fetch`): the instances have no network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PYTHON, ROOT, wait_for
+from ptyhostd import protocol
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from sshhost import SshHost, SshHostError  # noqa: E402
+from sysinstance import InstanceError  # noqa: E402
+
+CONFIG = "/etc/clowder/clowder.yaml"
+REGISTRY = "/var/lib/clowder/registry.json"
+WORKDIR = "/root/work"
+UNITS = ("clowder-control.service", "clowder-control.socket", "clowder-ptyhost.service",
+         "clowder-ptyhost.socket")
+
+
+@pytest.fixture(scope="module")
+def box():
+    """The remote machine: booted once for this module, with clowder's units installed."""
+    try:
+        b = SshHost("clowder-remote").start()
+    except (SshHostError, InstanceError) as exc:
+        pytest.fail(f"the ssh box did not start: {exc}")
+    try:
+        r = b.exec([PYTHON, "-m", "ctl", "install-units", "--system",
+                    "--exec-start", f"{PYTHON} -m ptyhostd"], capture_output=True)
+        assert r.returncode == 0, f"install-units on the box: {r.stderr.decode()}"
+        b.exec(["mkdir", "-p", WORKDIR], check=True)
+        yield b
+    finally:
+        b.stop()
+
+
+class Remote:
+    """clowderctl --host against the box, and the box's own view for checking."""
+
+    def __init__(self, box: SshHost):
+        self.box = box
+        self.target = box.target
+        self.env = {**os.environ, **box.env(),
+                    # The project is installed in a venv, not on the box's PATH.
+                    "CLOWDER_REMOTE_RELAY": f"{PYTHON} -m ctl relay"}
+
+    def ctl(self, *args, check=True, timeout=60) -> subprocess.CompletedProcess:
+        """clowderctl --host BOX ARGS..., run here."""
+        proc = subprocess.run([PYTHON, "-m", "ctl", "--host", self.target, *args],
+                              env=self.env, capture_output=True, stdin=subprocess.DEVNULL,
+                              timeout=timeout, cwd="/")
+        if check and proc.returncode != 0:
+            pytest.fail(f"clowderctl --host {' '.join(args)} exited {proc.returncode}: "
+                        f"{proc.stderr.decode(errors='replace')}")
+        return proc
+
+    def agents(self) -> dict:
+        status = json.loads(self.ctl("status", "--json").stdout)
+        return {a["name"]: a for a in status["agents"]}
+
+    def wait_running(self, name: str, timeout: float = 30) -> dict:
+        return wait_for(lambda: (lambda a: a if a and a["state"] == "running" and a["pid"]
+                                 else None)(self.agents().get(name)),
+                        timeout, f"agent {name} to run on the remote")
+
+    def write_config(self, text: str) -> None:
+        self.box.put(CONFIG, text.encode())
+
+    def main_pid(self, unit: str) -> int:
+        out = self.box.exec(["systemctl", "show", "-p", "MainPID", "-p", "ActiveState", unit],
+                            capture_output=True, check=True).stdout.decode()
+        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        return int(props["MainPID"]) if props["ActiveState"] == "active" else 0
+
+    def kill9_and_wait(self, unit: str) -> int:
+        """kill -9 a remote daemon; wait (asking systemd only) until it runs again."""
+        old = self.main_pid(unit)
+        assert old, f"{unit} is not running on the remote"
+        self.box.exec(["kill", "-9", str(old)], check=True)
+        # Nothing connects meanwhile: the new process is systemd's Restart=, not a
+        # socket activation by one of our requests.
+        return wait_for(lambda: (lambda p: p if p and p != old else 0)(self.main_pid(unit)),
+                        30, f"systemd to restart {unit} on the remote after kill -9")
+
+    def backlog(self, sid: str) -> bytes:
+        """The session's output, read on the box itself (no client of ours attached)."""
+        return self.box.exec([PYTHON, "-m", "ctl", "backlog", sid], capture_output=True,
+                             check=True).stdout
+
+
+@pytest.fixture
+def remote(box):
+    """The box with both sockets listening and no agents; everything stopped after."""
+    box.exec(["systemctl", "start", "clowder-ptyhost.socket", "clowder-control.socket"],
+             check=True)
+    r = Remote(box)
+    yield r
+    box.link(True)  # in case a test failed during its outage
+    # The control daemon first: it would bring agents back as the host ends them.
+    box.exec(["systemctl", "stop", *UNITS])
+    box.exec(["rm", "-f", CONFIG, REGISTRY, REGISTRY + ".prev"])
+    left = box.exec(["systemctl", "list-units", "--all", "--plain", "--no-legend",
+                     "clowder-session-*"], capture_output=True).stdout.decode().split()
+    assert not left, f"session units left on the remote: {left}"
+
+
+def agent_yaml(name: str, command: str) -> str:
+    return (f"  - name: {name}\n    command: {json.dumps(command)}\n"
+            f"    cwd: {WORKDIR}\n")
+
+
+def frames(data: bytes) -> list[protocol.Message]:
+    return protocol.FrameReader().feed(data)
+
+
+# --- the relay, locally -------------------------------------------------------------------
+
+
+def test_relay_with_nothing_listening_fails_at_once(tmp_path):
+    """Acceptance 3: no socket file, or a socket nobody listens on: a clear error, now."""
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(stale))  # bound, never listening: what a stopped socket unit leaves
+    s.close()
+    for path, why in ((tmp_path / "missing.sock", "no such socket"),
+                      (stale, "connection refused")):
+        start = time.monotonic()
+        # stdin stays open: a relay that waited for anything would hang here.
+        proc = subprocess.Popen([PYTHON, "-m", "ctl", "relay", "--socket", str(path)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd="/")
+        try:
+            out, err = proc.communicate(timeout=10)
+        finally:
+            proc.kill()
+            proc.stdin.close()
+        assert proc.returncode == 2, (proc.returncode, err)
+        assert time.monotonic() - start < 5
+        assert out == b""
+        assert f"clowderctl relay: nothing listens at {path}: {why}".encode() in err, err
+
+
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_relay_copies_both_ways_and_half_closes(host):
+    """Frames through the relay reach the control daemon; after our EOF its answers still
+    come back (stdin EOF is a half-close), then the relay exits by itself."""
+    request = protocol.encode(protocol.Hello(version=protocol.PROTOCOL_VERSION)) + \
+        protocol.encode(protocol.GetStatus())
+    proc = subprocess.run([PYTHON, "-m", "ctl", "relay"], input=request, capture_output=True,
+                          timeout=30, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    kinds = [type(m) for m in frames(proc.stdout)]
+    assert kinds == [protocol.Welcome, protocol.StatusReport], kinds
+
+
+# --- through ssh ----------------------------------------------------------------------------
+
+
+def test_control_commands_through_host(remote):
+    remote.write_config("agents:\n" + agent_yaml("web", "sh -c 'echo up; exec sleep 100000'"))
+    first = remote.wait_running("web")
+    table = remote.ctl("status").stdout.decode()
+    assert re.search(rf"^web\s+running\s+\S+\s+{first['pid']}\s", table, re.M), table
+    assert remote.ctl("down", "web").stdout == b"web: down\n"
+    assert remote.agents()["web"]["state"] != "running"
+    up = json.loads(remote.ctl("up", "web", "--json").stdout)
+    assert up["state"] == "running" and up["pid"] != first["pid"]
+    again = json.loads(remote.ctl("restart", "web", "--json").stdout)
+    assert again["state"] == "running" and again["pid"] != up["pid"]
+    # A refused request is the daemon's error, passed through unchanged.
+    nope = remote.ctl("up", "nope", check=False)
+    assert nope.returncode == 1 and b"no such agent: 'nope'" in nope.stderr, nope.stderr
+    # Commands the relay cannot serve yet are refused, not run against this machine.
+    ps = remote.ctl("ps", check=False)
+    assert ps.returncode == 2 and b"not available through the relay" in ps.stderr
+
+
+def test_host_with_nothing_listening_there_fails_clearly(remote):
+    remote.box.exec(["systemctl", "stop", "clowder-control.service", "clowder-control.socket"],
+                    check=True)
+    start = time.monotonic()
+    proc = remote.ctl("status", check=False, timeout=30)
+    assert proc.returncode == 2
+    assert time.monotonic() - start < 10
+    err = proc.stderr.decode()
+    assert "nothing listens at /run/clowder/control.sock" in err, err
+    assert "ssh exited with status 2" in err, err
+
+
+def test_attach_survives_killed_ssh_and_a_network_outage(remote):
+    """Acceptance 1: kill -9 the ssh client with the network down, leave the agent with
+    no client for a while, bring the network back: attach reconnects by itself through a
+    new ssh, the same processes run, and the terminal is repainted with what was missed."""
+    from test_attach import DETACH, Attach
+    remote.write_config("agents:\n" + agent_yaml(
+        "job", "sh -c 'echo agent-up; PS1=\"job$ \" exec sh -i'"))
+    before = remote.wait_running("job")
+    a = Attach(_ViaSsh(remote), "job", "--agent")
+    try:
+        a.wait_raw()
+        a.expect(b"agent-up", what="the agent's backlog, through ssh")
+        a.type(b"sh -c 'echo job-pid=$$; i=0; while :; do i=$((i+1)); echo tick-$i; "
+               b"sleep 0.2; done'\r")
+        # The pty echoes the command with "$$" and "$i": digits come from the job only.
+        job_pid = int(a.expect(re.compile(rb"job-pid=(\d+)"), what="the job's pid")[1])
+        a.expect(re.compile(rb"tick-5\r\n"), what="the job's output, live through ssh")
+        ssh_pid = _ssh_child(a.client_pid())
+
+        remote.box.link(False)
+        os.kill(ssh_pid, signal.SIGKILL)
+        # With the network down every ssh attach starts fails; meanwhile the job goes on
+        # with no client at all, as on a laptop that slept.
+        seen = _last_tick(a.out)
+        wait_for(lambda: _last_tick(remote.backlog(before["session"])) >= seen + 20, 30,
+                 "the job to print 20 more lines on the remote with no client attached")
+        assert a.proc.poll() is None, "attach gave up while the network was down"
+        away = _last_tick(remote.backlog(before["session"]))
+        remote.box.link(True)
+
+        a.expect(b"\x1bc", timeout=60, what="attach to reconnect through a new ssh")
+        # Whether the repaint replays the raw backlog or draws the screen, it shows the
+        # last line the job printed while nobody was attached.
+        a.expect(re.compile(rb"tick-%d(?!\d)" % away),
+                 what=f"the repaint showing tick-{away}, printed while no client was there")
+        a.expect(re.compile(rb"tick-" + str(away + 10).encode() + rb"\r\n"), timeout=30,
+                 what="the job's output going on, live through the new connection")
+        assert _ssh_child(a.client_pid()) != ssh_pid
+        assert remote.box.ssh(["kill", "-0", str(job_pid)]).returncode == 0, \
+            "the job's process is gone"
+        assert remote.agents()["job"]["pid"] == before["pid"]
+        assert remote.agents()["job"]["session"] == before["session"]
+        a.type(b"\x03")  # Ctrl-C ends the job; the agent's shell carries on
+        a.expect(b"job$ ", what="the agent's prompt after the job")
+        a.type(DETACH)
+        assert a.finish() == 0
+    finally:
+        a.close()
+
+
+def test_remote_daemons_killed_are_restarted_and_keep_sessions(remote):
+    """Acceptance 4: kill -9 of the remote control daemon, then of the remote host, then
+    of both: systemd restarts them, and the agents' sessions and processes are the same."""
+    remote.write_config("agents:\n" + agent_yaml(
+        "keep", "sh -c 'echo keep-up; exec sleep 100000'") + agent_yaml(
+        "also", "sh -c 'echo also-up; exec sleep 100000'"))
+    remote.wait_running("keep")
+    remote.wait_running("also")
+    before = {n: (a["session"], a["pid"]) for n, a in remote.agents().items()}
+    assert set(before) == {"keep", "also"}
+    for units in (["clowder-control.service"], ["clowder-ptyhost.service"],
+                  ["clowder-ptyhost.service", "clowder-control.service"]):
+        for unit in units:
+            remote.kill9_and_wait(unit)
+
+        def same():
+            agents = remote.agents()
+            now = {n: (a["session"], a["pid"]) for n, a in agents.items()
+                   if a["state"] == "running"}
+            return now == before
+        wait_for(same, 30, f"the same agents, sessions and pids after kill -9 of {units}")
+        ps = json.loads(remote.box.exec([PYTHON, "-m", "ctl", "ps", "--json"],
+                                        capture_output=True, check=True).stdout)
+        running = {s["id"]: s["pid"] for s in ps if s["state"] == "running"}
+        for sid, pid in before.values():
+            assert running.get(sid) == pid, f"session {sid} lost after kill -9 of {units}"
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+class _ViaSsh:
+    """What test_attach.Attach needs of a host, for `clowderctl --host BOX attach`."""
+
+    def __init__(self, remote: Remote):
+        self.env = remote.env
+        self.target = remote.target
+        self.socket = "-"
+
+    def _as(self, argv: list[str]) -> list[str]:
+        # Attach runs [PYTHON, -m, ctl, --socket, S, attach, ...]: --host BOX instead.
+        i = argv.index("--socket")
+        return argv[:i] + ["--host", self.target] + argv[i + 2:]
+
+
+def _ssh_child(pid: int) -> int:
+    """The ssh process clowderctl runs (its one child named ssh)."""
+    def find():
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        for child in children:
+            try:
+                if open(f"/proc/{child}/comm").read().strip() == "ssh":
+                    return int(child)
+            except FileNotFoundError:
+                pass
+        return 0
+    return wait_for(find, 15, f"clowderctl (pid {pid}) to run ssh")
+
+
+def _last_tick(data: bytes) -> int:
+    ticks = re.findall(rb"tick-(\d+)\r\n", bytes(data))
+    return int(ticks[-1]) if ticks else 0
