@@ -5,7 +5,7 @@
 VENV    ?= /opt/clowder-dev/venv
 STAGE   ?= /opt/clowder-dev/src
 PYTHON  := $(VENV)/bin/python
-APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev
+APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps
 PYTEST_ARGS ?= -q
 
 .PHONY: deps venv stage test test-unit test-faults demo units clean
@@ -37,6 +37,7 @@ test-unit: venv
 	$(PYTHON) -m pytest $(PYTEST_ARGS) tests/test_protocol.py tests/test_ring.py tests/test_units.py
 
 test: venv stage
+	python3 tools/sshhost.py fetch  # the ssh test box's debs: instances have no network
 	@if [ "$$(cat /proc/1/comm)" = systemd ]; then \
 	  cd $(STAGE) && $(PYTHON) -m pytest $(PYTEST_ARGS) tests; \
 	else \

@@ -1,4 +1,9 @@
-"""A blocking client of the PTY host: connect, greet, one request at a time."""
+"""A blocking client of the PTY host: connect, greet, one request at a time.
+
+The same Client speaks to clowder-control (same framing, 4xx kinds), and, given a
+``transport.Remote`` instead of a socket path, to the clowder-control of another
+machine through ``ssh HOST clowderctl relay``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import socket
 import time
 
 from ptyhostd import __version__, protocol
+
+from .transport import Remote, SshTransport
 
 CONNECT_TIMEOUT = 60.0  # a host that is restarting answers within a second or two
 
@@ -45,31 +52,71 @@ def default_control_socket() -> str:
 
 
 class Client:
-    def __init__(self, path: str | None = None, timeout: float = CONNECT_TIMEOUT):
-        self.path = path or default_socket()
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    """One connection, greeted; ``path`` is a unix socket's path or a ``Remote``."""
+
+    def __init__(self, path: str | Remote | None = None, timeout: float = CONNECT_TIMEOUT):
         self.reader = protocol.FrameReader()
         self.pending: list[protocol.Message] = []
+        self.transport: SshTransport | None = None
+        self.welcome: protocol.Welcome | None = None
+        # peer: who answers, in messages; where: the same with its address.
+        if isinstance(path, Remote):
+            self.path = path
+            self.peer = self.where = f"clowder-control on {path.host}"
+            try:
+                self.transport = path.open()
+            except ConnectionError as exc:
+                raise ClientError(str(exc)) from None
+            self.sock = self.transport.sock
+        else:
+            self.path = path or default_socket()
+            self.peer = "the PTY host"
+            self.where = f"the PTY host at {self.path}"
+            self.sock = self._connect(self.path, timeout)
         self.sock.settimeout(timeout)
         try:
-            self.sock.connect(self.path)
-        except FileNotFoundError:
-            raise ClientError(f"no PTY host socket at {self.path} "
-                              f"(is clowder-ptyhost.socket started?)") from None
-        except PermissionError:
-            raise ClientError(f"permission denied on {self.path} (not in the clowder "
-                              f"group?)") from None
-        except OSError as exc:
-            raise ClientError(f"cannot connect to {self.path}: {exc.strerror}") from None
-        self.send(protocol.Hello(version=protocol.PROTOCOL_VERSION,
-                                 client=f"clowderctl {__version__}"))
-        # The host may be restarting: the connection waits in the socket's backlog and is
-        # served when it is back, so the first answer is allowed to take a while.
-        welcome = self.recv()
+            self.send(protocol.Hello(version=protocol.PROTOCOL_VERSION,
+                                     client=f"clowderctl {__version__}"))
+            # The host may be restarting: the connection waits in the socket's backlog and
+            # is served when it is back, so the first answer is allowed to take a while.
+            welcome = self.recv()
+        except OSError as exc:  # e.g. ssh already gone when Hello was written
+            message = self._closed(f"cannot talk to {self.peer}: {exc.strerror or exc}")
+            self.close()
+            raise ClientError(message) from None
+        except ClientError:
+            self.close()
+            raise
         if not isinstance(welcome, protocol.Welcome):
+            self.close()
             raise ClientError(f"unexpected answer to Hello: {type(welcome).__name__}")
         self.welcome = welcome
         self.sock.settimeout(None)
+
+    @staticmethod
+    def _connect(path: str, timeout: float) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except FileNotFoundError:
+            sock.close()
+            raise ClientError(f"no PTY host socket at {path} "
+                              f"(is clowder-ptyhost.socket started?)") from None
+        except PermissionError:
+            sock.close()
+            raise ClientError(f"permission denied on {path} (not in the clowder "
+                              f"group?)") from None
+        except OSError as exc:
+            sock.close()
+            raise ClientError(f"cannot connect to {path}: {exc.strerror}") from None
+        return sock
+
+    def _closed(self, message: str) -> str:
+        """``message``, with why ssh ended when the connection went through ssh."""
+        if self.transport is None:
+            return message
+        return f"{message} ({self.transport.why_closed()})"
 
     def send(self, msg: protocol.Message) -> None:
         self.sock.sendall(protocol.encode(msg))
@@ -80,16 +127,19 @@ class Client:
             try:
                 data = self.sock.recv(1 << 16)
             except socket.timeout:
-                raise ClientError(f"the PTY host at {self.path} did not answer in time") \
+                raise ClientError(f"{self.where} did not answer in time") \
                     from None
             except ConnectionResetError:
                 data = b""
             if not data:
-                raise ClientError("the PTY host closed the connection")
+                if self.transport is not None and self.welcome is None:
+                    # ssh, or the relay it runs, ended before the daemon answered.
+                    raise ClientError(self._closed(f"cannot reach {self.peer} through ssh"))
+                raise ClientError(self._closed(f"{self.peer} closed the connection"))
             try:
                 self.pending.extend(self.reader.feed(data))
             except protocol.ProtocolError as exc:
-                raise ClientError(f"invalid data from the PTY host: {exc}") from None
+                raise ClientError(f"invalid data from {self.peer}: {exc}") from None
         msg = self.pending.pop(0)
         if isinstance(msg, protocol.Error):
             raise RequestFailed(msg)
@@ -105,6 +155,8 @@ class Client:
 
     def close(self) -> None:
         self.sock.close()
+        if self.transport is not None:
+            self.transport.close()  # reaps ssh (closing our end is its EOF)
 
     def __enter__(self):
         return self

@@ -423,3 +423,27 @@ def test_snapshot_and_history(host):
     assert hist == "bold\nred\n", hist
     proc = host.ctl("snapshot", sid, "--format", "pdf", check=False)
     assert proc.returncode == 2 and b"invalid choice" in proc.stderr
+
+
+def test_vim_detach_and_reattach(host, attach):
+    """Issue 4, acceptance 2: a session running vim, attached, detached and attached
+    again: the screen matches (repainted from the model) and typing still works."""
+    path = f"/tmp/clowder-vim-{host.scope}.txt"
+    if os.path.exists(path):
+        os.unlink(path)
+    sid = host.spawn("vim", "-u", "NONE", "-N", "-n", path, size="80x24")
+    a = attach(sid, cols=80, rows=24)
+    a.wait_raw()
+    a.type(b"ihello from vim\x1b")
+    a.expect(b"hello from vim", what="vim to show the typed text")
+    before = host.ctl("snapshot", sid).stdout
+    a.type(DETACH)
+    assert a.finish() == 0
+    b = attach(sid, cols=80, rows=24)
+    b.wait_raw()
+    b.expect(b"hello from vim", what="the repaint of vim's screen")
+    assert host.ctl("snapshot", sid).stdout == before
+    b.type(b"o second line\x1b:wq\r")
+    assert b.finish() == 0, "attach did not end with vim's exit status 0"
+    with open(path) as f:
+        assert f.read() == "hello from vim\n second line\n"

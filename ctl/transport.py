@@ -1,0 +1,125 @@
+"""How clowderctl reaches a clowder that runs on another machine: ssh and the relay.
+
+``Remote`` names a host. Opening it runs ``$CLOWDER_SSH -T -- HOST $CLOWDER_REMOTE_RELAY``
+(by default ``ssh -T -- HOST clowderctl relay``) with one end of a socketpair as ssh's
+stdin and stdout, and returns an ``SshTransport`` holding the other end. On the remote,
+``clowderctl relay`` copies bytes between that stream and clowder-control's unix socket,
+so the frames a Client sends arrive at the one supervised control daemon unchanged.
+
+Why a socketpair rather than two pipes: the Client, and attach's select loop, keep
+working with one connected stream socket (``settimeout``, ``recv``, ``sendall``,
+``shutdown``), whether it leads to a local unix socket or to ssh. When ssh ends (the
+network dropped, someone killed it) its end of the pair closes and the Client reads EOF,
+exactly as when a local daemon restarts; attach then reconnects, which runs ssh again.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass
+
+DEFAULT_SSH = "ssh"
+DEFAULT_RELAY = "clowderctl relay"
+# Appended after $CLOWDER_SSH, so values given there win (ssh takes the first value of a
+# repeated -o).  Keep-alives make a silently dead network (a laptop that slept) end the
+# connection within a minute, so attach notices and reconnects instead of hanging.
+SSH_DEFAULTS = ("-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=15",
+                "-o", "ServerAliveCountMax=3")
+_STDERR_SHOWN = 2000  # the tail of ssh's stderr quoted in an error
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A clowder reached through ``ssh HOST`` and the relay; ``socket``: its control socket."""
+
+    host: str  # [USER@]HOST, as ssh takes it
+    socket: str | None = None  # passed to the remote relay as --socket
+
+    def __post_init__(self):
+        # A "host" starting with "-" would be read by ssh as an option (-oProxyCommand=...).
+        if not self.host or self.host.startswith("-") or any(c.isspace() for c in self.host):
+            raise ValueError(f"invalid host {self.host!r}: expected [USER@]HOST")
+
+    def __str__(self) -> str:
+        return f"ssh {self.host}"
+
+    def command(self) -> list[str]:
+        """The ssh command line: $CLOWDER_SSH, our defaults, HOST, the remote relay."""
+        ssh = shlex.split(os.environ.get("CLOWDER_SSH") or DEFAULT_SSH)
+        relay = os.environ.get("CLOWDER_REMOTE_RELAY") or DEFAULT_RELAY
+        if self.socket:
+            relay += " --socket " + shlex.quote(self.socket)
+        # -T: no remote pty; the relay's stream must stay 8-bit clean, no line discipline.
+        return [*ssh, "-T", *SSH_DEFAULTS, "--", self.host, relay]
+
+    def open(self) -> "SshTransport":
+        return SshTransport(self)
+
+
+class SshTransport:
+    """A running ``ssh HOST relay``: ``sock`` is our end of its stdin/stdout."""
+
+    def __init__(self, remote: Remote):
+        self.remote = remote
+        argv = remote.command()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # ssh's stderr goes to a memfd rather than to our terminal: attach keeps the
+        # terminal raw, and what ssh says belongs in our error message when it fails.
+        self._stderr = os.memfd_create("clowder-ssh-stderr", os.MFD_CLOEXEC)
+        try:
+            self.proc = subprocess.Popen(argv, stdin=theirs.fileno(), stdout=theirs.fileno(),
+                                         stderr=self._stderr, close_fds=True)
+        except OSError as exc:
+            ours.close()
+            os.close(self._stderr)
+            raise ConnectionError(f"cannot run {argv[0]}: {exc.strerror} "
+                                  f"(set $CLOWDER_SSH to the ssh command)") from None
+        finally:
+            theirs.close()  # only ssh holds it now: its exit is our EOF
+        self.sock = ours
+
+    def stderr_text(self) -> str:
+        """The tail of what ssh (and the remote relay, through it) wrote to stderr."""
+        if self._stderr < 0:
+            return ""
+        size = os.fstat(self._stderr).st_size
+        start = max(0, size - _STDERR_SHOWN)
+        return os.pread(self._stderr, size - start, start).decode(errors="replace").strip()
+
+    def why_closed(self, timeout: float = 2.0) -> str:
+        """Why the stream ended, for an error: ssh's exit status and its last words."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            status = "ssh is still running"
+        elif code < 0:
+            status = f"ssh was killed by signal {-code}"
+        else:
+            status = f"ssh exited with status {code}"
+        said = self.stderr_text()
+        return f"{status}: {said}" if said else status
+
+    def close(self, timeout: float = 3.0) -> None:
+        """Close our end and reap ssh; it is ended if it does not leave by itself."""
+        if self.sock.fileno() >= 0:
+            # EOF to ssh -> EOF to the relay -> it half-closes the daemon's socket, the
+            # daemon closes, the relay and then ssh exit: the remote end is cleaned up too.
+            self.sock.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._stderr >= 0:
+            os.close(self._stderr)
+            self._stderr = -1
