@@ -20,6 +20,9 @@ def add_parser(sub):
     p.add_argument("--agent", action="store_true",
                    help="attach to an agent (or AGENT/SHELL) through clowder-control")
     p.add_argument("--read-only", action="store_true", help="watch; send no input")
+    p.add_argument("--history", type=int, default=500, metavar="LINES",
+                   help="recent lines put into this terminal's scrollback first "
+                        "(default 500; 0: none)")
     p.add_argument("--detach-key", default="^\\",
                    help="the key that detaches, as ^X (default ^\\, i.e. Ctrl-backslash)")
     p.set_defaults(run=run, parser=p)
@@ -50,6 +53,7 @@ class _Session:
         self.out = sys.stdout.buffer
         self.resized = False
         self.unsent = b""  # keys read just as the host went away: sent after reattaching
+        self.history = b""  # text put into the scrollback before the first repaint
 
     def run(self, first: bool) -> tuple[str, object]:
         self.resized = False  # the Attach below carries the current size
@@ -73,6 +77,10 @@ class _Session:
         with c:
             if not first:
                 self.out.write(b"\x1bc")  # the backlog replays onto a clean screen
+            elif self.history:
+                # The repaint only covers the visible screen: recent output goes first, as
+                # plain lines, and scrolls up into the terminal's own scrollback.
+                self.out.write(self.history.replace(b"\n", b"\r\n") + b"\r\n" * rows)
             # recv() reads whole chunks, so the first Output frames of the backlog (and,
             # for an ended session, its Exited) may have come with Attached and wait in
             # c.pending: show them before reading the socket again, or they are lost.
@@ -195,6 +203,18 @@ def _wait_for_host(path) -> None:
             time.sleep(0.1)
 
 
+def _history(args) -> bytes:
+    """Recent output as text, for the scrollback (not through clowder-control)."""
+    if args.history <= 0 or args.agent:
+        return b""
+    try:
+        with Client(args.target) as c:
+            return c.request(protocol.GetHistory(session=args.session, lines=args.history),
+                             protocol.SnapshotData).data
+    except ClientError:
+        return b""  # the attach itself reports what is wrong
+
+
 def run(args) -> int:
     try:
         key = parse_key(args.detach_key)
@@ -207,6 +227,7 @@ def run(args) -> int:
     saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
     wakeup, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     session = _Session(args, key, wakeup)
+    session.history = _history(args) if os.isatty(sys.stdout.fileno()) else b""
     signal.signal(signal.SIGWINCH, lambda *_: setattr(session, "resized", True))
     old_wakeup = signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
     keyname = args.detach_key
