@@ -46,9 +46,13 @@ class ControlServer:
                 if not greeted:
                     if not isinstance(msg, protocol.Hello) or \
                             msg.version != protocol.PROTOCOL_VERSION:
+                        got = getattr(msg, "version", None)
                         writer.write(protocol.encode(protocol.Error(
                             message=f"expected Hello with protocol version "
-                                    f"{protocol.PROTOCOL_VERSION}", code="version", fatal=True)))
+                                    f"{protocol.PROTOCOL_VERSION} (clowder-control "
+                                    f"{__version__}), got {type(msg).__name__}"
+                                    + (f" version {got}" if got is not None else ""),
+                            code="version", fatal=True)))
                         break
                     greeted = True
                     writer.write(protocol.encode(protocol.Welcome(

@@ -74,3 +74,23 @@ def test_fuzz_live_host(host):
     one()
     assert host.main_pid() == pid, "the host restarted: a client's bytes crashed it"
     assert host.ps()[sid]["state"] == "running"
+
+
+def test_version_skew_gets_a_clear_answer_not_a_hang(host):
+    """A client of another protocol version (older or newer) is told both versions and
+    closed at once, by the host and by the control daemon."""
+    control = "/run/clowder/control.sock" if host.scope == "system" else \
+        f"/run/user/{host.uid}/clowder/control.sock"
+    for path in (host.socket, control):
+        for version in (P.PROTOCOL_VERSION + 1, P.PROTOCOL_VERSION - 1):
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(10)  # a hang fails here, with a timeout error
+            s.connect(path)
+            s.sendall(P.encode(P.Hello(version=version)))
+            buf = b""
+            while chunk := s.recv(65536):
+                buf += chunk
+            s.close()
+            (err,) = P.FrameReader().feed(buf)
+            assert isinstance(err, P.Error) and err.fatal, err
+            assert str(P.PROTOCOL_VERSION) in err.message, err.message
