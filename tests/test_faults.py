@@ -115,3 +115,42 @@ def test_kill9_of_the_control_daemon(host):
         for path in (control.config, control.registry, control.registry + ".prev"):
             if os.path.exists(path):
                 os.unlink(path)
+
+
+def _host_usage(pid: int) -> tuple[int, int]:
+    """(open fds, resident bytes) of the host process."""
+    rss = int(open(f"/proc/{pid}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return len(os.listdir(f"/proc/{pid}/fd")), rss
+
+
+def test_resource_bounds_connect_cycles_and_no_newlines(host):
+    """10,000 connect/disconnect cycles and a session printing 32 MB without a newline:
+    the host's fd count and memory stay bounded (measured, asserted with wide bounds)."""
+    import socket as socketlib
+
+    from ptyhostd import protocol as P
+    pid = host.main_pid()
+    hello = P.encode(P.Hello(version=P.PROTOCOL_VERSION))
+    for i in range(200):  # warm up: allocator and caches reach their steady state
+        with socketlib.socket(socketlib.AF_UNIX) as s:
+            s.connect(host.socket)
+            s.sendall(hello)
+    fds0, rss0 = _host_usage(pid)
+    for i in range(10_000):
+        with socketlib.socket(socketlib.AF_UNIX) as s:
+            s.connect(host.socket)
+            if i % 2:
+                s.sendall(hello)
+                s.recv(4096)
+    wait_for(lambda: _host_usage(pid)[0] <= fds0 + 2, 10,
+             "the host to close the connections' fds")
+    fds1, rss1 = _host_usage(pid)
+    assert rss1 - rss0 < 16 << 20, f"10,000 connections grew the host by {rss1 - rss0} B"
+    sid = host.spawn("sh", "-c", "head -c 33554432 /dev/zero | tr '\\0' x; echo; echo END; "
+                     "exec sleep 100000")
+    wait_for(lambda: host.backlog(sid).endswith(b"END\r\n"), 60,
+             "32 MB without a newline to pass through")
+    fds2, rss2 = _host_usage(pid)
+    assert host.main_pid() == pid
+    assert rss2 - rss1 < 64 << 20, f"a 32 MB line grew the host by {(rss2 - rss1) >> 20} MiB"
+    assert fds2 <= fds1 + 6, f"fds went from {fds1} to {fds2}"
