@@ -91,7 +91,7 @@ class Host:
 
     def save(self) -> None:
         """Rewrite the manifest; called after every change of the session table."""
-        self.manifest.write({"sessions": [s.to_record() for s in self.sessions.values()]})
+        self.manifest.write_sessions([s.record_json() for s in self.sessions.values()])
 
     def _spawn_task(self, coro) -> None:
         task = self.loop.create_task(coro)

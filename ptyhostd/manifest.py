@@ -64,9 +64,15 @@ class Manifest:
 
     def write(self, content: dict) -> None:
         """Write ``content`` into the older copy, making it the newest."""
+        self._write(json.dumps({"version": VERSION, **content}, separators=(",", ":")).encode())
+
+    def write_sessions(self, records: list[str]) -> None:
+        """Write a manifest of already-encoded session records (JSON objects)."""
+        self._write(b'{"version":%d,"sessions":[%s]}' % (VERSION, ",".join(records).encode()))
+
+    def _write(self, body: bytes) -> None:
         self.generation += 1
         slot = SLOTS[self.generation % 2]
-        body = json.dumps({"version": VERSION, **content}, separators=(",", ":")).encode()
         data = _HEADER.pack(MAGIC, self.generation, len(body), zlib.crc32(body)) + body
         fd = self.fds[slot].fileno()
         os.ftruncate(fd, len(data))

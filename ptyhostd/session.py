@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import os
 import time
@@ -114,6 +115,8 @@ class Session:
         self.screen_pos = 0
         self.last_output = 0.0
         self.size_owner: Optional[Attachment] = None  # the client that typed last
+        self._json_key: tuple = ()
+        self._json = ""
 
     # --- records ------------------------------------------------------------------------
 
@@ -125,6 +128,19 @@ class Session:
             "state": self.state, "pid": self.pid, "exit_status": self.exit_status,
             "exit_code": self.exit_code, "signal": self.signal, "ended_at": self.ended_at,
         }
+
+    def record_json(self) -> str:
+        """``to_record()`` as JSON, re-encoded only when a field that can change did.
+
+        The manifest is rewritten whole after every change of the table: encoding every
+        session each time made a change cost milliseconds at 1,000 sessions.
+        """
+        key = (self.name, self.state, self.pid, self.exit_status, self.exit_code,
+               self.signal, self.ended_at, self.cols, self.rows)
+        if key != self._json_key:
+            self._json_key = key
+            self._json = json.dumps(self.to_record(), separators=(",", ":"))
+        return self._json
 
     def info(self) -> dict:
         """What clients are shown (the keys of protocol.SESSION_FIELDS)."""
