@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
-import os
 import signal
-import socket
-import sys
 
-from . import __version__, fdstore, handoff
-from .connection import Connection
-from .host import Config, Host
-from .log import setup as setup_logging
-from .manifest import SLOTS
+# Before the ~100 ms of imports below: a SIGTERM (a stop) that arrives while we start
+# must end the sessions properly once we can, not kill us half-way through adoption.
+_early_signals: list[int] = []
+signal.signal(signal.SIGTERM, lambda sig, _frame: _early_signals.append(sig))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked across a hand-off
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+
+from . import __version__, fdstore, handoff  # noqa: E402
+from .connection import Connection  # noqa: E402
+from .host import Config, Host  # noqa: E402
+from .log import setup as setup_logging  # noqa: E402
+from .manifest import SLOTS  # noqa: E402
 
 log = logging.getLogger("ptyhostd")
 
@@ -95,17 +102,10 @@ async def _serve(args) -> None:
     await host.shutdown()
 
 
-_early_signals: list[int] = []
-
-
 def main(argv=None) -> None:
     args = _parse(argv)
     if args.check_handoff:
         sys.exit(handoff.check_main())
-    # From the first instruction: a SIGTERM during start-up (e.g. a stop racing a
-    # hand-off) must still end sessions properly, not kill us half-way.
-    signal.signal(signal.SIGTERM, lambda sig, _frame: _early_signals.append(sig))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by a hand-off
     setup_logging("ptyhostd")
     try:
         asyncio.run(_serve(args))
