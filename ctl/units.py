@@ -7,16 +7,15 @@ rendering for a packaged install (a test keeps the two equal).
 
 from __future__ import annotations
 
-PTYHOST_SOCKET = """\
+SOCKET = """\
 [Unit]
-Description=clowder PTY host socket
+Description=clowder {what} socket
 
 [Socket]
-ListenStream=%t/clowder/ptyhost.sock
+ListenStream=%t/clowder/{name}.sock
 SocketMode={socket_mode}
 {socket_group}DirectoryMode={dir_mode}
-# Never RemoveOnStop: the path must exist for clients through every host restart.
-
+{comment}
 [Install]
 WantedBy=sockets.target
 """
@@ -45,19 +44,6 @@ KillMode=mixed
 TimeoutStopSec=30
 """
 
-
-CONTROL_SOCKET = """\
-[Unit]
-Description=clowder control socket
-
-[Socket]
-ListenStream=%t/clowder/control.sock
-SocketMode={socket_mode}
-{socket_group}DirectoryMode={dir_mode}
-
-[Install]
-WantedBy=sockets.target
-"""
 
 CONTROL_SERVICE = """\
 [Unit]
@@ -94,9 +80,12 @@ def render(scope: str, exec_start: str, control_exec_start: str | None = None
                   dir_mode="0755" if system else "0700")
     control = control_exec_start or exec_start.replace("ptyhostd", "controld")
     return {
-        "clowder-ptyhost.socket": PTYHOST_SOCKET.format(**access),
+        "clowder-ptyhost.socket": SOCKET.format(
+            what="PTY host", name="ptyhost", **access, comment="# Never RemoveOnStop: the "
+            "path must exist for clients through every host restart.\n"),
         "clowder-ptyhost.service": PTYHOST_SERVICE.format(exec_start=exec_start, scope=scope),
-        "clowder-control.socket": CONTROL_SOCKET.format(**access),
+        "clowder-control.socket": SOCKET.format(what="control", name="control", **access,
+                                                comment=""),
         "clowder-control.service": CONTROL_SERVICE.format(
             exec_start=control, scope=scope,
             wanted_by="multi-user.target" if system else "default.target"),
