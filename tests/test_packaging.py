@@ -232,6 +232,12 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
     old, new = debs
     old_version, new_version = deb_field(old, "Version"), deb_field(new, "Version")
 
+    # An agent described in YAML: the packaged control daemon keeps it through the upgrade.
+    os.makedirs("/etc/clowder", exist_ok=True)
+    with open("/etc/clowder/clowder.yaml", "w") as f:
+        f.write("agents:\n  - name: pkgagent\n    command: sh -c 'echo agent-up; exec sleep "
+                "100000'\n    cwd: /\n")
+
     # --- install N: the sockets and the control daemon enabled and running
     run(["dpkg", "-i", old])
     for unit in ("clowder-ptyhost.socket", "clowder-control.socket", "clowder-control.service"):
@@ -258,6 +264,9 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
     control = wait_for(lambda: (lambda p: p if int(p["MainPID"]) else None)(
         show("clowder-control.service", "MainPID", "InvocationID")), 20,
         "clowder-control to have a main PID")
+    agent = wait_for(lambda: (lambda a: a if a.get("state") == "running" else None)(
+        {x["name"]: x for x in json.loads(ctl("status", "--json"))["agents"]}
+        .get("pkgagent", {})), 20, "the YAML agent to run under the packaged control daemon")
     socket_inode = os.stat(SOCKET).st_ino
     # Does the installed host hand off in place on reload (it answers the pre-check)?
     check = run([CTL, "upgrade", "--check"], check=False, cwd="/")
@@ -309,7 +318,16 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
         show("clowder-control.service", "ActiveState", "InvocationID", "MainPID")), 20,
         "clowder-control to run again, restarted by the upgrade")
 
+    # The agent was kept, not re-spawned: same session, same pid, spawned once.
+    kept = wait_for(lambda: (lambda a: a if a.get("state") == "running" else None)(
+        {x["name"]: x for x in json.loads(ctl("status", "--json"))["agents"]}
+        .get("pkgagent", {})), 20, "the agent to be reported after the upgrade")
+    assert (kept["session"], kept["pid"], kept["spawns"]) == \
+        (agent["session"], agent["pid"], 1), (agent, kept)
+    pids[agent["session"]] = agent["pid"]
+
     # --- removal stops everything: no clowder unit active, no session process left
+    os.unlink("/etc/clowder/clowder.yaml")
     run(["dpkg", "-r", "clowder"])
     assert not active_clowder_units(), active_clowder_units()
     wait_for(lambda: not any(alive(p) for p in pids.values()), 20,
