@@ -65,15 +65,19 @@ class Attachment:
         self.conn.write_raw(protocol.encode_output(data))
         self.pos = start + len(data)
 
+    def repaint(self) -> None:
+        """Send the current screen; live output continues from the offset after it."""
+        painted, self.pos = self.session.repaint()
+        for i in range(0, len(painted), protocol.MAX_DATA):
+            self.conn.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
+
     def catch_up(self) -> None:
         """Send what the ring holds past ``pos`` until the client's buffer is full again."""
         ring = self.session.ring
         if self.repaints and ring.head - self.pos > RESYNC_AFTER:
             # Far behind (a client that stopped reading): the current screen replaces
             # the bytes it missed, instead of megabytes of stale frames.
-            painted, self.pos = self.session.repaint()
-            for i in range(0, len(painted), protocol.MAX_DATA):
-                self.conn.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
+            self.repaint()
         elif self.pos < ring.tail:
             self.pos = ring.tail  # a raw reader resumes at the oldest byte held
         while not self.paused and self.pos < ring.head:
@@ -174,17 +178,28 @@ class Session:
             self._loop.remove_reader(self.master.fd)
         self._loop = None
 
+    def _pump(self) -> int:
+        """One read from the pty into the ring, forwarded to attached clients; the byte
+        count (0: nothing there now).  Raises OSError (EIO: the slave side is gone)."""
+        ring = self.ring
+        start = ring.head
+        try:
+            got = ring.fill_from(self.master.fd)
+        except BlockingIOError:
+            return 0
+        if got and self.attachments:
+            data = ring.read(start, start + got)
+            for att in self.attachments:
+                att.push(start, data)
+        return got
+
     def on_readable(self) -> None:
         """Move what the pty has into the ring and out to attached clients."""
-        ring = self.ring
-        fd = self.master.fd
         self.last_output = time.monotonic()
         for _ in range(READS_PER_WAKE):
-            start = ring.head
             try:
-                got = ring.fill_from(fd)
-            except BlockingIOError:
-                return
+                if not self._pump():
+                    return
             except OSError as exc:
                 if exc.errno != errno.EIO:
                     log.error("session %s: reading its pty: %s", self.id, exc,
@@ -193,12 +208,6 @@ class Session:
                 # (and the fd would stay readable forever).  The pidfd reports the end.
                 self.stop_reading()
                 return
-            if got == 0:
-                return
-            if self.attachments:
-                data = ring.read(start, start + got)
-                for att in self.attachments:
-                    att.push(start, data)
 
     def drain(self, limit: int = 8 << 20) -> None:
         """Read whatever the pty still holds (before the master is closed)."""
@@ -206,16 +215,11 @@ class Session:
             return
         before = self.ring.head
         while self.ring.head - before < limit:
-            start = self.ring.head
             try:
-                got = self.ring.fill_from(self.master.fd)
+                if not self._pump():
+                    break
             except OSError:
                 break
-            if got == 0:
-                break
-            data = self.ring.read(start, start + got)
-            for att in self.attachments:
-                att.push(start, data)
 
     # --- the terminal model -------------------------------------------------------------
 
