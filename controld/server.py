@@ -44,15 +44,9 @@ class ControlServer:
                                                                 code=exc.code, fatal=True)))
                     break
                 if not greeted:
-                    if not isinstance(msg, protocol.Hello) or \
-                            msg.version != protocol.PROTOCOL_VERSION:
-                        got = getattr(msg, "version", None)
-                        writer.write(protocol.encode(protocol.Error(
-                            message=f"expected Hello with protocol version "
-                                    f"{protocol.PROTOCOL_VERSION} (clowder-control "
-                                    f"{__version__}), got {type(msg).__name__}"
-                                    + (f" version {got}" if got is not None else ""),
-                            code="version", fatal=True)))
+                    refusal = protocol.refuse_hello(msg, f"clowder-control {__version__}")
+                    if refusal is not None:
+                        writer.write(protocol.encode(refusal))
                         break
                     greeted = True
                     writer.write(protocol.encode(protocol.Welcome(

@@ -350,6 +350,20 @@ SESSION_FIELDS = (
     "created", "uid", "cwd", "argv",
 )
 
+def refuse_hello(msg: Message, server: str) -> Optional[Error]:
+    """The fatal Error for a first message that is not an acceptable Hello, else None.
+
+    Both daemons answer version skew the same way: naming both versions, never hanging.
+    """
+    if not isinstance(msg, Hello):
+        return Error(message=f"expected Hello first, got {type(msg).__name__}",
+                     code="handshake", fatal=True)
+    if msg.version != PROTOCOL_VERSION:
+        return Error(message=f"protocol version {msg.version} is not supported: {server} "
+                             f"speaks version {PROTOCOL_VERSION}", code="version", fatal=True)
+    return None
+
+
 # --- encoding --------------------------------------------------------------------------
 
 _TYPES = {int: int, str: str, bool: bool, bytes: bytes, list: list, dict: dict}
