@@ -114,12 +114,9 @@ class Connection(asyncio.Protocol):
     # --- requests ----------------------------------------------------------------------
 
     def _hello(self, msg: protocol.Message) -> None:
-        if not isinstance(msg, protocol.Hello):
-            self.fatal(f"expected Hello first, got {type(msg).__name__}", "handshake")
-        elif msg.version != protocol.PROTOCOL_VERSION:
-            self.fatal(f"protocol version {msg.version} is not supported: this host "
-                       f"(ptyhostd {__version__}) speaks version {protocol.PROTOCOL_VERSION}",
-                       "version")
+        refusal = protocol.refuse_hello(msg, f"this host (ptyhostd {__version__})")
+        if refusal is not None:
+            self.fatal(refusal.message, refusal.code)
         else:
             self.greeted = True
             self.send(protocol.Welcome(version=protocol.PROTOCOL_VERSION,
@@ -248,9 +245,7 @@ class Connection(asyncio.Protocol):
         if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
             att.pos = max(s.ring.tail, s.ring.head - msg.replay)
         else:  # a terminal: the current screen, repainted, then live output
-            painted, att.pos = s.repaint()
-            for i in range(0, len(painted), protocol.MAX_DATA):
-                self.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
+            att.repaint()
         if s.state != "running":
             att.catch_up()
             self.send(s.exited_message())
