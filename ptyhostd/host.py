@@ -204,11 +204,7 @@ class Host:
         if master is not None and units is not None and s.pid \
                 and units.get(s.unit) == ("active", "running") and _in_unit(s.pid, s.unit):
             # The fast path: the recorded main PID is alive in the session's own unit.
-            s.start_reading(self.loop)
-            if not s.watch_pid(self.loop, s.pid, lambda: self._on_pid_exit(s)):
-                self._on_pid_exit(s)
-            if s.state != "running":
-                s.set_state("running", "adopted after a host restart")
+            self._resume(s, s.pid)
             return
         state = await self.manager.unit_state(s.unit)
         if master is None:
@@ -220,11 +216,15 @@ class Host:
             await self._end(s, state if state.loaded else None,
                             f"its unit is gone ({state.active}/{state.sub})")
         else:
-            s.start_reading(self.loop)
-            if not s.watch_pid(self.loop, state.main_pid, lambda: self._on_pid_exit(s)):
-                self._on_pid_exit(s)
-            if s.state != "running":
-                s.set_state("running", "adopted after a host restart")
+            self._resume(s, state.main_pid)
+
+    def _resume(self, s: Session, pid: int) -> None:
+        """Serve an adopted session whose program (``pid``) still runs."""
+        s.start_reading(self.loop)
+        if not s.watch_pid(self.loop, pid, lambda: self._on_pid_exit(s)):
+            self._on_pid_exit(s)
+        if s.state != "running":
+            s.set_state("running", "adopted after a host restart")
 
     async def _stop_orphan_units(self, units: dict) -> None:
         """Stop session units that no session claims: their terminal is gone."""
@@ -247,11 +247,7 @@ class Host:
         if req.cwd is not None and not os.path.isabs(req.cwd):
             raise RequestError(f"working directory must be absolute: {req.cwd!r}",
                                "bad-request")
-        user = self._run_as(req.user, client_uid)
-        if self.uid != 0:
-            uid = self.uid  # a user manager runs every session as its own user
-        else:
-            uid = client_uid if req.user is None else _uid_of(req.user)
+        user, uid = self._run_as(req.user, client_uid)
         sid = secrets.token_hex(4)
         while sid in self.sessions:
             sid = secrets.token_hex(4)
@@ -304,16 +300,15 @@ class Host:
         self.save()
         return s
 
-    def _run_as(self, user: Optional[str], client_uid: int) -> Optional[str]:
-        """The User= for a session, enforcing who may ask for whom."""
+    def _run_as(self, user: Optional[str], client_uid: int) -> tuple[Optional[str], int]:
+        """(User= for the session, the uid that owns it), enforcing who may ask for whom."""
         if user is not None and client_uid != 0:
             raise RequestError("only root may start a session as another user", "permission")
         if self.uid != 0:
-            return None  # a user manager runs everything as its own user
+            return None, self.uid  # a user manager runs everything as its own user
         if user is not None:
-            _uid_of(user)  # refuse unknown users here, with a clear error
-            return user
-        return None if client_uid == 0 else str(client_uid)
+            return user, _uid_of(user)  # an unknown user is refused here, clearly
+        return (None, 0) if client_uid == 0 else (str(client_uid), client_uid)
 
     async def _discard(self, s: Session, cause: str) -> None:
         """Undo a spawn that did not start: nothing of it stays parked or loaded."""
