@@ -169,7 +169,10 @@ def test_bad_config_and_half_written_registry(host, control):
     assert check.returncode == 1 and b"clowder.yaml:" in check.stderr
     agents = {a["name"]: a for a in st["agents"]}
     assert agents["web"]["pid"] == before["pid"]
-    # A half-written registry: reported, and the running agent is still adopted.
+    # A half-written registry (with a valid configuration again): reported, and the
+    # running agent is still adopted.
+    control.write_config("agents:\n" + agent_yaml(
+        "web", "sh -c 'echo up; exec sleep 100000'", control.workdir))
     host.systemctl("stop", "clowder-control.service")
     data = open(control.registry, "rb").read()
     with open(control.registry, "wb") as f:
@@ -181,6 +184,12 @@ def test_bad_config_and_half_written_registry(host, control):
     assert any("registry" in p for p in st["problems"]), st["problems"]
     assert host.ps()[before["session"]]["pid"] == before["pid"]
     assert host.ps()[before["session"]]["state"] == "running"
+    # ... adopted by its session name, not started a second time.
+    web = control.wait_running(["web"])["web"]
+    assert (web["session"], web["pid"]) == (before["session"], before["pid"]), web
+    running = [s for s in host.ps().values()
+               if s["name"] == "agent:web" and s["state"] == "running"]
+    assert len(running) == 1, running
 
 
 def test_journal_filters_by_agent(host, control):
