@@ -12,8 +12,8 @@ the byte path never base64-encodes anything.
 Every connection starts with HELLO from the client, answered by WELCOME (or by a
 fatal ERROR on a version mismatch).  Kinds are numbered in blocks: 1xx handshake and
 errors, 2xx PTY host requests, 3xx their replies and streams, 4xx the control plane
-(clowder-control speaks the same framing on its own socket).  Unknown kinds are a
-fatal error.
+(clowder-control speaks the same framing on its own socket), 5xx multiplexed streams,
+6xx the file service, 7xx the VCS service.  Unknown kinds are a fatal error.
 
 Don't forget to bump PROTOCOL_VERSION if any of these change in a way an older peer
 would misread; adding an optional field or a new kind does not need a bump.
@@ -342,6 +342,201 @@ class SnapshotData(Message):
     """Host -> client: a snapshot or history, as UTF-8 bytes."""
 
     KIND = 307
+    data: bytes = b""
+
+
+# 5xx: multiplexing (client <-> clowder-control). After the handshake a client may open
+# numbered streams instead of sending requests; from then on the connection carries only
+# 5xx frames. Each stream is a byte stream of its own: for the session, status, file and
+# vcs services it carries frames of this same protocol (already greeted), for forward the
+# raw bytes of one TCP connection. Flow control is per stream: a sender keeps at most
+# STREAM_WINDOW bytes of StreamData unacknowledged, so one stalled stream never holds up
+# the others, and an error inside one stream (an oversize frame, a bad path) closes that
+# stream only.
+
+STREAM_WINDOW = 1 << 20  # unacknowledged StreamData bytes a sender may have per stream
+STREAM_CHUNK = 64 * 1024  # the largest data of one StreamData frame
+MAX_STREAMS = 64  # open streams per connection
+SERVICES = ("session", "status", "file", "vcs", "forward")
+
+
+@_register
+class OpenStream(Message):
+    """Client -> control: open ``stream`` (a new number) to ``service``. -> StreamOpened
+    or StreamClose. ``port``: forward only, a TCP port on the remote's loopback."""
+
+    KIND = 500
+    stream: int
+    service: str
+    port: int = 0
+
+
+@_register
+class StreamOpened(Message):
+    """Control -> client: the stream is open; StreamData may flow both ways."""
+
+    KIND = 501
+    stream: int
+
+
+@_register
+class StreamData(Message):
+    """Either way: the next bytes of ``stream`` (at most STREAM_CHUNK)."""
+
+    KIND = 502
+    stream: int
+    data: bytes = b""
+
+
+@_register
+class StreamAck(Message):
+    """Either way: the receiver consumed ``size`` more bytes of ``stream``."""
+
+    KIND = 503
+    stream: int
+    size: int
+
+
+@_register
+class StreamClose(Message):
+    """Either way: ``stream`` is finished; ``code``/``message`` say why if it failed.
+
+    Sent by the side that is done writing; the stream is closed once both sides have
+    sent it (a side that receives it stops writing and answers with its own).
+    """
+
+    KIND = 504
+    stream: int
+    message: str = ""
+    code: str = ""
+
+
+# 6xx: the file service, on a "file" stream. Every path is relative to the agent's
+# working directory and may not leave it (no "..", no absolute paths, no symlink out).
+
+
+@_register
+class FileList(Message):
+    """List a directory. -> FileListing."""
+
+    KIND = 600
+    agent: str
+    path: str = "."
+
+
+@_register
+class FileRead(Message):
+    """Read up to ``length`` bytes of a file from ``offset``. -> FileData."""
+
+    KIND = 601
+    agent: str
+    path: str
+    offset: int = 0
+    length: int = MAX_DATA
+
+
+@_register
+class FileWrite(Message):
+    """Replace a file's contents with ``data`` (atomically), creating it if ``create``. -> Ok."""
+
+    KIND = 602
+    agent: str
+    path: str
+    create: bool = True
+    data: bytes = b""
+
+
+@_register
+class FileWatch(Message):
+    """Watch a directory tree. -> Ok, then FileEvents (coalesced) until FileUnwatch."""
+
+    KIND = 603
+    agent: str
+    path: str = "."
+
+
+@_register
+class FileUnwatch(Message):
+    """Stop the watch of this stream. -> Ok."""
+
+    KIND = 604
+
+
+@_register
+class FileListing(Message):
+    """Entries of a directory: dicts with name, type ("file", "dir", "link", "other"),
+    size and mtime."""
+
+    KIND = 610
+    path: str
+    entries: list
+
+
+@_register
+class FileData(Message):
+    """Bytes of a file: ``size`` is the file's whole size, ``offset`` where data starts."""
+
+    KIND = 611
+    path: str
+    size: int
+    offset: int = 0
+    data: bytes = b""
+
+
+@_register
+class FileEvents(Message):
+    """What changed under a watch since the last FileEvents: dicts with path (relative
+    to the agent's working directory) and kind ("created", "modified", "deleted");
+    ``overflow`` means events were lost and the client should list again."""
+
+    KIND = 612
+    events: list
+    overflow: bool = False
+
+
+# 7xx: the VCS service, on a "vcs" stream: read-only views of the agent's git worktree;
+# fixed git commands only, never a command or option chosen by the client.
+
+
+@_register
+class VcsStatus(Message):
+    """Branch and changed files. -> VcsReport(kind="status")."""
+
+    KIND = 700
+    agent: str
+
+
+@_register
+class VcsDiff(Message):
+    """The worktree's diff against the index (``staged``: the index against HEAD),
+    optionally of one path. -> VcsReport(kind="diff") with the diff as data."""
+
+    KIND = 701
+    agent: str
+    path: str = ""
+    staged: bool = False
+
+
+@_register
+class VcsLog(Message):
+    """The last ``limit`` commits. -> VcsReport(kind="log")."""
+
+    KIND = 702
+    agent: str
+    limit: int = 20
+
+
+@_register
+class VcsReport(Message):
+    """An answer of the VCS service: ``info`` (status: branch, upstream, ahead, behind),
+    ``entries`` (status: dicts path, index, worktree; log: dicts commit, author, date,
+    subject), ``data`` (diff text); ``truncated`` when a limit cut it."""
+
+    KIND = 710
+    kind: str
+    info: dict = field(default_factory=dict)
+    entries: list = field(default_factory=list)
+    truncated: bool = False
     data: bytes = b""
 
 
