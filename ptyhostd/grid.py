@@ -1,0 +1,345 @@
+"""The grid of a session's terminal model: pyte's screen with the fixes a terminal needs.
+
+``Grid`` keeps the cells, the cursor, the modes pyte knows, tab stops, margins and the
+one DECSC slot of the buffer it is showing; ``screen.Screen`` drives it (its tokenizer
+calls these methods) and keeps everything pyte lacks beside it.  Each method that
+replaces pyte's says on its first line what pyte got wrong.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import NamedTuple, Optional
+
+import pyte
+from pyte import modes as mo
+from pyte.screens import Margins
+from wcwidth import wcwidth
+
+from . import screen_render
+from .screen_render import BLANK, Cell
+
+MAX_REPEAT = 65536  # REP counts are clamped: one sequence must not draw for ever
+
+
+class Saved(NamedTuple):
+    """What DECSC saves (one slot per buffer, as in xterm)."""
+    x: int
+    y: int
+    attrs: Cell
+    origin: bool
+    g0: str
+    g1: str
+    charset: int
+
+
+class Grid(pyte.Screen):
+    """pyte's screen with the fixes a real terminal needs."""
+
+    @property
+    def default_char(self) -> Cell:
+        """A blank; reverse video (DECSCNM) is the client terminal's job, not baked into cells."""
+        return BLANK
+
+    def reset(self) -> None:
+        """pyte's reset, with our cell type and a single DECSC slot."""
+        super().reset()
+        self.cursor.attrs = BLANK
+        self.saved: Optional[Saved] = None
+        # What REP repeats.  A space before anything is written, so that a repaint,
+        # which writes cells, can always set it back.
+        self.last_char = " "
+        self._cell_attrs, self._cell_cache = None, {}
+
+    def set_tab_stop(self) -> None:
+        """HTS; during a pending wrap the cursor is in the last column, not past it."""
+        self.tabstops.add(min(self.cursor.x, self.columns - 1))
+
+    def save_cursor(self) -> None:
+        """DECSC into one slot (pyte keeps a stack that DECRC pops; terminals keep one slot)."""
+        c = self.cursor
+        self.saved = Saved(c.x, c.y, c.attrs, mo.DECOM in self.mode,
+                           self.g0_charset, self.g1_charset, self.charset)
+
+    def restore_cursor(self) -> None:
+        """DECRC; with nothing saved, home with default attributes and origin mode off."""
+        s = self.saved or Saved(0, 0, BLANK, False, self.g0_charset, self.g1_charset, 0)
+        self.mode.discard(mo.DECOM)
+        if s.origin:
+            self.mode.add(mo.DECOM)
+        self.g0_charset, self.g1_charset, self.charset = s.g0, s.g1, s.charset
+        self.cursor.x, self.cursor.y, self.cursor.attrs = min(s.x, self.columns), s.y, s.attrs
+        self.cursor.y = min(self.cursor.y, self.lines - 1)
+
+    def draw(self, data: str) -> None:
+        """Write text at the cursor as xterm does (pyte's ``draw`` fails the first three).
+
+        A zero-width character joins the previous cell instead of ending the write; a
+        wide character that does not fit in the last column wraps first; overwriting
+        half of a wide character blanks its other half.
+        """
+        if self.charset:
+            data = data.translate(self.g1_charset)
+        elif self.g0_charset is not pyte.charsets.LAT1_MAP:
+            data = data.translate(self.g0_charset)
+        if not data:
+            return
+        if data.isascii() and mo.IRM not in self.mode:
+            self._draw_run(data)
+            return
+        cursor, columns = self.cursor, self.columns
+        autowrap, insert = mo.DECAWM in self.mode, mo.IRM in self.mode
+        cells = self._cells()
+        for char in data:
+            width = 1 if " " <= char <= "~" else wcwidth(char)
+            if width <= 0:
+                if width == 0:
+                    self._join(char)
+                continue
+            if cursor.x + width > columns:
+                if autowrap:
+                    cursor.x = 0
+                    self.index()
+                else:
+                    cursor.x = columns - width
+            if insert:
+                self.insert_characters(width)
+            line = self.buffer[cursor.y]
+            x = cursor.x
+            self._mend_before_write(line, x, x + width - 1)
+            line[x] = cells.get(char) or cells.setdefault(char, self._cell(char))
+            if width == 2 and x + 1 < columns:
+                line[x + 1] = cells.get("") or cells.setdefault("", self._cell(""))
+            cursor.x = min(x + width, columns)
+            self.last_char = char
+
+    def _draw_run(self, data: str) -> None:
+        """Write printable ASCII, a row's worth at a time."""
+        cursor, columns = self.cursor, self.columns
+        autowrap = mo.DECAWM in self.mode
+        cells = self._cells()
+        pos, n = 0, len(data)
+        while pos < n:
+            if cursor.x >= columns:
+                if autowrap:
+                    cursor.x = 0
+                    self.index()
+                else:
+                    cursor.x = columns - 1
+            x = cursor.x
+            room = columns - x
+            if n - pos > room and not autowrap:
+                # Without autowrap the rest overwrites the last column: only its last char stays.
+                run = data[pos:pos + room - 1] + data[-1]
+                pos = n
+            else:
+                run = data[pos:pos + room]
+                pos += len(run)
+            line = self.buffer[cursor.y]
+            self._mend_before_write(line, x, x + len(run) - 1)
+            for i, char in enumerate(run, x):
+                line[i] = cells.get(char) or cells.setdefault(char, self._cell(char))
+            cursor.x = x + len(run)
+        self.last_char = data[-1]
+
+    def _cells(self) -> dict:
+        """Cells with the cursor's attributes, by text, reused instead of built each time."""
+        attrs = self.cursor.attrs
+        if self._cell_attrs is not attrs:
+            self._cell_attrs, self._cell_cache = attrs, {}
+        return self._cell_cache
+
+    def _cell(self, char: str) -> Cell:
+        """A cell of ``char`` with the cursor's attributes."""
+        return self.cursor.attrs._replace(data=char)
+
+    def _mend_before_write(self, line, first: int, last: int) -> None:
+        """Before columns first..last are overwritten, blank the halves of wide characters
+        cut at either end."""
+        if first and not line[first].data and screen_render.is_wide(line[first - 1].data):
+            self._blank(line, first - 1)
+        if last + 1 < self.columns and screen_render.is_wide(line[last].data):
+            self._blank(line, last + 1)
+
+    def _join(self, char: str) -> None:
+        """Append a zero-width character to the cell before the cursor."""
+        x = self.cursor.x - 1
+        if x < 0:
+            return
+        line = self.buffer[self.cursor.y]
+        if not line[x].data and x > 0:
+            x -= 1
+        cell = line[x]
+        if len(cell.data) < 16:
+            line[x] = cell._replace(data=unicodedata.normalize("NFC", cell.data + char))
+            self.last_char = line[x].data  # REP repeats the whole cell
+
+    @staticmethod
+    def _blank(line, x: int) -> None:
+        """Replace the text of one cell by a space, keeping its attributes."""
+        if x in line:
+            line[x] = line[x]._replace(data=" ")
+
+    def _mend(self, y: int, *xs: int) -> None:
+        """Blank halves of wide characters left alone at the given columns of a row."""
+        line = self.buffer.get(y)
+        if not line:
+            return
+        for x in xs:
+            if not 0 <= x < self.columns or x not in line:
+                continue
+            data = line[x].data
+            if not data and not (x > 0 and screen_render.is_wide(line[x - 1].data)):
+                self._blank(line, x)
+            elif data and screen_render.is_wide(data) and \
+                    (x + 1 >= self.columns or line[x + 1].data):
+                self._blank(line, x)
+
+    def insert_characters(self, count: Optional[int] = None) -> None:
+        """ICH; pyte's leaves a cell past the right edge that reappears on a resize."""
+        x, columns = self.cursor.x, self.columns
+        count = min(count or 1, columns - x)
+        line = self.buffer[self.cursor.y]
+        for i in range(columns - 1, x - 1, -1):
+            cell = line.pop(i, None)
+            if cell is not None and i + count < columns:
+                line[i + count] = cell
+        self._mend(self.cursor.y, x - 1, x + count, columns - 1)
+
+    def delete_characters(self, count: Optional[int] = None) -> None:
+        """DCH, mending wide characters cut at the cursor."""
+        super().delete_characters(count)
+        self._mend(self.cursor.y, self.cursor.x - 1, self.cursor.x)
+
+    def _erase(self, y: int, start: int, stop: int) -> None:
+        """Erase columns [start, stop) of a row with the current colours (only those, as xterm)."""
+        attrs = self.cursor.attrs
+        fill = BLANK if attrs.fg == attrs.bg == "default" else \
+            BLANK._replace(fg=attrs.fg, bg=attrs.bg)
+        line = self.buffer[y]
+        if fill == BLANK:
+            for x in range(start, stop):
+                line.pop(x, None)
+        else:
+            for x in range(start, stop):
+                line[x] = fill
+        self._mend(y, start - 1, stop)
+
+    def erase_characters(self, count: Optional[int] = None) -> None:
+        """ECH."""
+        x = min(self.cursor.x, self.columns - 1)
+        self._erase(self.cursor.y, x, min(x + (count or 1), self.columns))
+
+    def erase_in_line(self, how: int = 0, private: bool = False) -> None:
+        """EL."""
+        x = min(self.cursor.x, self.columns - 1)
+        start, stop = {0: (x, self.columns), 1: (0, x + 1), 2: (0, self.columns)}.get(how, (0, 0))
+        self._erase(self.cursor.y, start, stop)
+
+    def erase_in_display(self, how: int = 0, *args, **kwargs) -> None:
+        """ED; 3 erases scrollback only (pyte cleared the screen), and rows are erased whole.
+
+        pyte only rewrote cells already stored, so a coloured erase left gaps.
+        """
+        rows = {0: range(self.cursor.y + 1, self.lines), 1: range(self.cursor.y),
+                2: range(self.lines)}.get(how, range(0))
+        for y in rows:
+            self._erase(y, 0, self.columns)
+        if how in (0, 1):
+            self.erase_in_line(how)
+
+    def set_margins(self, top: Optional[int] = None, bottom: Optional[int] = None) -> None:
+        """DECSTBM; pyte ignored ``0;0`` and did not home the cursor on a reset."""
+        top, bottom = (top or 1) - 1, min(bottom or self.lines, self.lines) - 1
+        if top >= bottom:
+            return
+        self.margins = None if (top, bottom) == (0, self.lines - 1) else Margins(top, bottom)
+        self.cursor_position()
+
+    def cursor_to_line(self, line: Optional[int] = None) -> None:
+        """VPA; pyte asserted margins existed in origin mode."""
+        top = self.margins.top if self.margins and mo.DECOM in self.mode else 0
+        self.cursor.y = top + (line or 1) - 1
+        self.ensure_vbounds()
+
+    def _shift_rows(self, top: int, bottom: int, by: int) -> None:
+        """Move rows top..bottom by ``by`` (up if negative); rows moved out are lost.
+
+        pyte's IL/DL skipped rows absent from its sparse buffer and so left stale rows.
+        """
+        buffer = self.buffer
+        moved = {y: buffer.pop(y) for y in range(top, bottom + 1) if y in buffer}
+        for y, line in moved.items():
+            if top <= y + by <= bottom:
+                buffer[y + by] = line
+
+    def _region(self) -> Margins:
+        """The scrolling region."""
+        return self.margins or Margins(0, self.lines - 1)
+
+    def index(self) -> None:
+        """IND: down a row, scrolling at the region's bottom; below it, stop at the last row."""
+        top, bottom = self._region()
+        if self.cursor.y == bottom:
+            self._shift_rows(top, bottom, -1)
+        elif self.cursor.y < self.lines - 1:
+            self.cursor.y += 1
+
+    def reverse_index(self) -> None:
+        """RI: up a row, scrolling at the region's top."""
+        top, bottom = self._region()
+        if self.cursor.y == top:
+            self._shift_rows(top, bottom, 1)
+        elif self.cursor.y > 0:
+            self.cursor.y -= 1
+
+    def cursor_down(self, count: Optional[int] = None) -> None:
+        """CUD: stops at the region's bottom, or at the last row from below the region
+        (pyte jumped up to the region)."""
+        top, bottom = self._region()
+        limit = bottom if self.cursor.y <= bottom else self.lines - 1
+        self.cursor.y = min(self.cursor.y + (count or 1), limit)
+
+    def cursor_up(self, count: Optional[int] = None) -> None:
+        """CUU: stops at the region's top, or at the first row when above the region."""
+        top, bottom = self._region()
+        limit = top if self.cursor.y >= top else 0
+        self.cursor.y = max(self.cursor.y - (count or 1), limit)
+
+    def insert_lines(self, count: Optional[int] = None) -> None:
+        """IL, inside the scrolling region only."""
+        top, bottom = self._region()
+        if top <= self.cursor.y <= bottom:
+            self._shift_rows(self.cursor.y, bottom, count or 1)
+            self.cursor.x = 0
+
+    def delete_lines(self, count: Optional[int] = None) -> None:
+        """DL, inside the scrolling region only."""
+        top, bottom = self._region()
+        if top <= self.cursor.y <= bottom:
+            self._shift_rows(self.cursor.y, bottom, -(count or 1))
+            self.cursor.x = 0
+
+    def scroll(self, count: int, up: bool) -> None:
+        """SU (``up``) or SD: move the scrolling region's rows; the cursor stays."""
+        top, bottom = self._region()
+        self._shift_rows(top, bottom, -(count or 1) if up else (count or 1))
+
+    def tabs(self, count: int, forward: bool) -> None:
+        """CHT or CBT: move over ``count`` tab stops."""
+        for _ in range(min(count or 1, self.columns)):
+            if forward:
+                self.tab()
+            else:
+                stops = [s for s in self.tabstops if s < self.cursor.x]
+                self.cursor.x = max(stops, default=0)
+
+    def repeat(self, count: int) -> None:
+        """REP: write the last written character again."""
+        if self.last_char:
+            self.draw(self.last_char * min(count or 1, MAX_REPEAT))
+
+    def unwrap(self) -> None:
+        """End a pending wrap (pyte keeps the cursor one past the last column)."""
+        if self.cursor.x >= self.columns:
+            self.cursor.x = self.columns - 1
