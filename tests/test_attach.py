@@ -356,14 +356,29 @@ def test_size_belongs_to_the_client_that_typed_last(host, attach):
         assert c.finish() == 0
 
 
+# Issue 4, acceptance 4 is stated for 100 MB; CLOWDER_FLOOD_MB makes it smaller (or larger).
+FLOOD_MB = int(os.environ.get("CLOWDER_FLOOD_MB", "100"))
+FLOOD_WIDTH = 70  # digits a line: with "\r\n" a row of 72 bytes, which fits 80 columns
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
 def test_stalled_client_is_bounded_and_repainted(host):
-    """A client that stops reading while the session prints a lot: the host's memory stays
-    bounded, a reading client gets everything, and the stalled one, reading again, gets
-    the current screen (a repaint) rather than the megabytes it missed."""
+    """Issue 4, acceptance 4: a client that stops reading while the session prints
+    CLOWDER_FLOOD_MB (100) MB: the host's memory stays bounded, a second, reading client
+    gets every byte, and the stalled one, reading again, gets the current screen (a
+    repaint) rather than the megabytes it missed.  (That both keep full speed is a
+    benchmark figure, bench/fig_throughput.py, not a timed assertion.)"""
     import socket as socketlib
 
     from ptyhostd import protocol as P
-    sid = host.spawn("sh", "-c", "read x; seq 1 3000000; echo the-end; exec sleep 100000")
+    from ptyhostd.screen import Screen
+    lines = FLOOD_MB * 1_000_000 // (FLOOD_WIDTH + 2)
+    sid = host.spawn("sh", "-c", f"read x; seq -f '%0{FLOOD_WIDTH}.0f' 1 {lines}; "
+                     "echo the-end; exec sleep 100000", size="80x24")
     pid = host.main_pid()
 
     def attach_raw(**kw):
@@ -375,7 +390,7 @@ def test_stalled_client_is_bounded_and_repainted(host):
     stalled = attach_raw()
     stalled.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_RCVBUF, 4096)
     reader = attach_raw(replay=0)
-    rss_before = int(open(f"/proc/{pid}/statm").read().split()[1]) * 4096
+    rss_before = rss_peak = _rss(pid)
     host.ctl("send", sid, "go\r")
     raw, got, pos = bytearray(), bytearray(), 0
     reader.settimeout(60)
@@ -389,29 +404,47 @@ def test_stalled_client_is_bounded_and_repainted(host):
             if len(raw) - pos - P.HEADER.size < length:
                 break
             if kind == P.Output.KIND:
-                got += raw[pos + P.HEADER.size + 4:pos + P.HEADER.size + length]  # no JSON part
+                (jlen,) = struct.unpack_from("!I", raw, pos + P.HEADER.size)
+                got += raw[pos + P.HEADER.size + 4 + jlen:pos + P.HEADER.size + length]
             pos += P.HEADER.size + length
-    got = bytes(got)
-    lines = got.split(b"\r\n")
-    numbers = lines[lines.index(b"1"):lines.index(b"the-end")]
-    assert numbers == [str(i).encode() for i in range(1, 3_000_001)], \
+        if pos > 4 << 20:
+            del raw[:pos]
+            pos = 0
+            rss_peak = max(rss_peak, _rss(pid))
+    rss_peak = max(rss_peak, _rss(pid))
+    assert rss_peak - rss_before < 64 << 20, \
+        f"the host grew by {(rss_peak - rss_before) >> 20} MiB during the flood"
+    expected = b"".join(b"%0*d\r\n" % (FLOOD_WIDTH, i) for i in range(1, lines + 1))
+    first = got.find(expected[:FLOOD_WIDTH + 2])
+    assert first >= 0, "the reading client never saw the first line"
+    assert got[first:first + len(expected)] == expected and \
+        got[first + len(expected):].startswith(b"the-end\r\n"), \
         "the reading client missed output while the other one was stalled"
-    rss = int(open(f"/proc/{pid}/statm").read().split()[1]) * 4096
-    assert rss - rss_before < 64 << 20, f"host grew by {(rss - rss_before) >> 20} MiB"
+    del got, raw, expected
     # Now the stalled client reads: a bounded amount, ending with the current screen.
+    # Everything it is sent, played into a terminal model, must show what the session
+    # shows: the last lines, "the-end", the cursor on the row below.
+    want = "".join(f"{i:0{FLOOD_WIDTH}d}\n" for i in range(lines - 21, lines + 1)) \
+        + "the-end\n\n"
+    seen = Screen(80, 24)
     stalled.settimeout(10)
-    data = bytearray()
+    data_bytes = 0
+    painted = False
     frames = P.FrameReader()
     deadline = time.monotonic() + 30
-    while b"the-end" not in data and time.monotonic() < deadline:
+    while time.monotonic() < deadline and \
+            (seen.snapshot() != want or seen.state()["cursor"][:2] != (0, 23)):
         chunk = stalled.recv(1 << 16)
-        assert chunk
+        assert chunk, "the stalled client was disconnected"
         for m in frames.feed(chunk):
             if isinstance(m, P.Output):
-                data += m.data
-    assert b"the-end" in data, "the stalled client never caught up"
-    assert len(data) < 8 << 20, f"the stalled client was sent {len(data) >> 20} MiB"
-    assert b"\x1b[?2026h" in data, "no repaint reached the stalled client"
+                data_bytes += len(m.data)
+                painted = painted or b"\x1b[?2026h" in m.data
+                seen.feed(m.data)
+    assert seen.snapshot() == want, f"the stalled client shows:\n{seen.snapshot()}"
+    assert data_bytes < 8 << 20, f"the stalled client was sent {data_bytes >> 20} MiB"
+    assert painted, "no repaint reached the stalled client"
+    assert host.ctl("snapshot", sid).stdout.decode() == want
     stalled.close()
     reader.close()
 
