@@ -465,11 +465,12 @@ class FileUnwatch(Message):
 @_register
 class FileListing(Message):
     """Entries of a directory: dicts with name, type ("file", "dir", "link", "other"),
-    size and mtime."""
+    size and mtime; ``truncated`` when there were more than one listing carries."""
 
     KIND = 610
     path: str
     entries: list
+    truncated: bool = False
 
 
 @_register
