@@ -43,9 +43,7 @@ async def open_host(path: str, timeout: float
 
 
 async def _read(reader: asyncio.StreamReader) -> protocol.Message:
-    header = await reader.readexactly(protocol.HEADER.size)
-    length, kind = protocol.check_header(header)
-    msg = protocol.decode(kind, await reader.readexactly(length))
+    msg = await protocol.read_message(reader)
     if isinstance(msg, protocol.Error) and msg.fatal:
         raise HostError(f"the PTY host closed the connection: {msg.message}", msg.code)
     return msg

@@ -1,8 +1,9 @@
 """clowder-control's socket: the control-plane requests of clowderctl (and relays).
 
-The same framing and handshake as the PTY host (ptyhostd.protocol), kinds 4xx.
-Status is open to anyone who can connect; changing an agent needs root or the
-daemon's own uid.
+The same framing and handshake as the PTY host (ptyhostd.protocol), kinds 4xx; a
+connection whose first request is OpenStream becomes multiplexed (controld.mux).
+Status is open to anyone who can connect; changing an agent, attaching to it, its files,
+its git worktree and forwarded ports need root or the daemon's own uid.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import logging
 import os
 import socket
 import struct
+from typing import Optional
 
 from ptyhostd import __version__, protocol
 
 from .hostclient import HostError, open_host
+from .mux import Mux
 from .supervisor import Supervisor
 
 log = logging.getLogger("clowder-control")
@@ -33,35 +36,48 @@ class ControlServer:
         _pid, uid, _gid = _CREDS.unpack(
             sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
         try:
-            greeted = False
-            while True:
-                try:
-                    header = await reader.readexactly(protocol.HEADER.size)
-                    length, kind = protocol.check_header(header)
-                    msg = protocol.decode(kind, await reader.readexactly(length))
-                except protocol.ProtocolError as exc:
-                    writer.write(protocol.encode(protocol.Error(message=str(exc),
-                                                                code=exc.code, fatal=True)))
-                    break
-                if not greeted:
-                    refusal = protocol.refuse_hello(msg, f"clowder-control {__version__}")
-                    if refusal is not None:
-                        writer.write(protocol.encode(refusal))
-                        break
-                    greeted = True
-                    writer.write(protocol.encode(protocol.Welcome(
-                        version=protocol.PROTOCOL_VERSION,
-                        server=f"clowder-control {__version__}", uid=uid)))
-                    continue
-                if isinstance(msg, protocol.Attach):
-                    await self._proxy_attach(msg, uid, reader, writer)
-                    break
-                writer.write(protocol.encode(await self._answer(msg, uid)))
-                await writer.drain()
+            try:
+                refusal = protocol.refuse_hello(await protocol.read_message(reader),
+                                                f"clowder-control {__version__}")
+                if refusal is not None:
+                    writer.write(protocol.encode(refusal))
+                    return
+                writer.write(protocol.encode(protocol.Welcome(
+                    version=protocol.PROTOCOL_VERSION,
+                    server=f"clowder-control {__version__}", uid=uid)))
+                first = await protocol.read_message(reader)
+            except protocol.ProtocolError as exc:
+                writer.write(protocol.encode(protocol.Error(message=str(exc), code=exc.code,
+                                                            fatal=True)))
+                return
+            if isinstance(first, protocol.OpenStream):
+                await Mux(self, uid, reader, writer).run(first)
+            else:
+                await self.serve(reader, writer, uid, first)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
+
+    async def serve(self, reader, writer, uid: int,
+                    msg: Optional[protocol.Message] = None) -> None:
+        """The requests of one greeted connection, or of one session/status stream
+        (``controld.mux.Stream`` reads and writes like a connection)."""
+        while True:
+            if msg is None:
+                try:
+                    msg = await protocol.read_message(reader)
+                except protocol.ProtocolError as exc:
+                    writer.write(protocol.encode(protocol.Error(
+                        message=str(exc), code=exc.code, fatal=True)))
+                    await writer.drain()
+                    return
+            if isinstance(msg, protocol.Attach):
+                await self._proxy_attach(msg, uid, reader, writer)
+                return
+            writer.write(protocol.encode(await self._answer(msg, uid)))
+            await writer.drain()
+            msg = None
 
     async def _proxy_attach(self, msg: protocol.Attach, uid: int,
                             reader: asyncio.StreamReader, writer: asyncio.StreamWriter):

@@ -318,6 +318,11 @@ class Supervisor:
             return None
         return rec.shells.get(role) if role else rec.session
 
+    def workdir(self, name: str) -> str:
+        """The working directory of agent ``name`` (KeyError if there is no such agent):
+        the root the file and VCS services keep every path inside."""
+        return self.runtimes[name].spec.cwd
+
     # --- status ------------------------------------------------------------------------
 
     def agent_status(self, name: str, sessions: Optional[dict] = None) -> dict:

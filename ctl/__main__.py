@@ -9,10 +9,14 @@ from .client import ClientError, RequestFailed
 from .commands import COMMANDS
 from .transport import Remote
 
-# What `--host` can do today: the relay reaches clowder-control, which answers these
-# (attach only for agents: it proxies those to the PTY host).  Others are refused rather
-# than run against the local machine by mistake.
-REMOTE_COMMANDS = ("status", "up", "down", "restart", "attach")
+# What `--host` runs where: control commands through a relay to clowder-control, session
+# commands through a relay to the PTY host (which then checks the ssh user's own uid).
+# Commands that read local files or the local journal are refused rather than run
+# against the local machine by mistake.
+LOCAL_COMMANDS = {"logs": "run `ssh HOST clowderctl logs ...`",
+                  "config": "run `ssh HOST clowderctl config check ...`",
+                  "install-units": "run it on that host",
+                  "relay": "it is what --host runs on the other side"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,8 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the command on HOST, through `ssh HOST clowderctl relay` "
                    "($CLOWDER_SSH: the ssh command and its options, default ssh; "
                    "$CLOWDER_REMOTE_RELAY: the command run there, default `clowderctl "
-                   "relay`); works for " + ", ".join(REMOTE_COMMANDS[:-1]) +
-                   " and attach --agent")
+                   "relay`); every command but " + ", ".join(LOCAL_COMMANDS))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(sub)
@@ -36,20 +39,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def through_host(parser: argparse.ArgumentParser, args) -> None:
-    """Point the command at ``args.host``'s clowder-control instead of a local socket."""
-    if args.command not in REMOTE_COMMANDS or \
-            (args.command == "attach" and not args.agent):
-        what = "attach without --agent" if args.command == "attach" else args.command
-        parser.error(f"--host: {what} is not available through the relay yet, which "
-                     f"reaches clowder-control only (" + ", ".join(REMOTE_COMMANDS[:-1]) +
-                     " and attach --agent are)")
+    """Point the command at ``args.host``'s daemons instead of local sockets.
+
+    Every command connects with Client(args.socket) or Client(args.control_socket), and
+    a Client given a Remote runs ssh: so do attach's reconnects, which build a new Client.
+    """
+    if args.command in LOCAL_COMMANDS:
+        parser.error(f"--host: {args.command} works on local files or the local journal; "
+                     f"{LOCAL_COMMANDS[args.command]}")
     try:
-        remote = Remote(args.host, args.control_socket)
+        args.socket = Remote(args.host, args.socket, target="host")
+        args.control_socket = Remote(args.host, args.control_socket, target="control")
     except ValueError as exc:
         parser.error(f"--host: {exc}")
-    # Every command above connects with Client(args.control_socket or ...), and a Client
-    # given a Remote runs ssh: so do attach's reconnects, which build a new Client.
-    args.control_socket = remote
 
 
 def main(argv=None) -> None:

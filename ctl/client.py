@@ -1,8 +1,8 @@
 """A blocking client of the PTY host: connect, greet, one request at a time.
 
 The same Client speaks to clowder-control (same framing, 4xx kinds), and, given a
-``transport.Remote`` instead of a socket path, to the clowder-control of another
-machine through ``ssh HOST clowderctl relay``.
+``transport.Remote`` instead of a socket path, to either daemon of another machine
+through ``ssh HOST clowderctl relay [--to host]``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Client:
         # peer: who answers, in messages; where: the same with its address.
         if isinstance(path, Remote):
             self.path = path
-            self.peer = self.where = f"clowder-control on {path.host}"
+            self.peer = self.where = path.peer
             try:
                 self.transport = path.open()
             except ConnectionError as exc:
@@ -92,6 +92,19 @@ class Client:
             raise ClientError(f"unexpected answer to Hello: {type(welcome).__name__}")
         self.welcome = welcome
         self.sock.settimeout(None)
+
+    @classmethod
+    def on_stream(cls, sock: socket.socket, peer: str) -> "Client":
+        """A Client over one stream of a ``ctl.mux.Mux``: already greeted, so no Hello."""
+        self = cls.__new__(cls)
+        self.reader = protocol.FrameReader()
+        self.pending = []
+        self.transport = None
+        self.welcome = None
+        self.path = None
+        self.peer = self.where = peer
+        self.sock = sock
+        return self
 
     @staticmethod
     def _connect(path: str, timeout: float) -> socket.socket:

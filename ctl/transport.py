@@ -34,23 +34,38 @@ _STDERR_SHOWN = 2000  # the tail of ssh's stderr quoted in an error
 
 @dataclass(frozen=True)
 class Remote:
-    """A clowder reached through ``ssh HOST`` and the relay; ``socket``: its control socket."""
+    """A clowder reached through ``ssh HOST`` and the relay.
+
+    ``target``: the daemon the relay connects to there, "control" (clowder-control) or
+    "host" (the PTY host); ``socket``: its socket on that machine, if not the default.
+    """
 
     host: str  # [USER@]HOST, as ssh takes it
     socket: str | None = None  # passed to the remote relay as --socket
+    target: str = "control"
 
     def __post_init__(self):
         # A "host" starting with "-" would be read by ssh as an option (-oProxyCommand=...).
         if not self.host or self.host.startswith("-") or any(c.isspace() for c in self.host):
             raise ValueError(f"invalid host {self.host!r}: expected [USER@]HOST")
+        if self.target not in ("control", "host"):
+            raise ValueError(f"invalid relay target {self.target!r}")
 
     def __str__(self) -> str:
         return f"ssh {self.host}"
+
+    @property
+    def peer(self) -> str:
+        """Who answers at the other end, for messages."""
+        daemon = "the PTY host" if self.target == "host" else "clowder-control"
+        return f"{daemon} on {self.host}"
 
     def command(self) -> list[str]:
         """The ssh command line: $CLOWDER_SSH, our defaults, HOST, the remote relay."""
         ssh = shlex.split(os.environ.get("CLOWDER_SSH") or DEFAULT_SSH)
         relay = os.environ.get("CLOWDER_REMOTE_RELAY") or DEFAULT_RELAY
+        if self.target == "host":
+            relay += " --to host"
         if self.socket:
             relay += " --socket " + shlex.quote(self.socket)
         # -T: no remote pty; the relay's stream must stay 8-bit clean, no line discipline.

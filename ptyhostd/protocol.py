@@ -661,6 +661,13 @@ def decode(kind: int, payload: bytes) -> Message:
     return cls(**kwargs)
 
 
+async def read_message(reader) -> Message:
+    """The next message from an asyncio-style reader (``readexactly``); the header is
+    checked before the body is read. Raises ProtocolError, or the reader's EOF error."""
+    length, kind = check_header(await reader.readexactly(HEADER.size))
+    return decode(kind, await reader.readexactly(length))
+
+
 class FrameReader:
     """Incremental decoder: feed bytes, get whole messages out.
 

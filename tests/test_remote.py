@@ -191,9 +191,19 @@ def test_control_commands_through_host(remote):
     # A refused request is the daemon's error, passed through unchanged.
     nope = remote.ctl("up", "nope", check=False)
     assert nope.returncode == 1 and b"no such agent: 'nope'" in nope.stderr, nope.stderr
-    # Commands the relay cannot serve yet are refused, not run against this machine.
-    ps = remote.ctl("ps", check=False)
-    assert ps.returncode == 2 and b"not available through the relay" in ps.stderr
+    # Session commands go through `relay --to host`, to the remote PTY host.
+    ps = json.loads(remote.ctl("ps", "--json").stdout)
+    assert [s["pid"] for s in ps if s["id"] == again["session"]] == [again["pid"]], ps
+    sid = remote.ctl("spawn", "--cwd", WORKDIR, "sh", "-c", "pwd; echo spawned-$((6*7))"
+                     ).stdout.decode().strip()
+    assert remote.ctl("wait", sid, check=False).returncode == 0
+    assert remote.ctl("backlog", sid).stdout.replace(b"\r", b"") == \
+        f"{WORKDIR}\nspawned-42\n".encode()
+    remote.ctl("rm", sid)
+    # Commands about local files or the local journal are refused, not run here.
+    logs = remote.ctl("logs", "web", check=False)
+    assert logs.returncode == 2 and b"--host: logs works on local files" in logs.stderr, \
+        logs.stderr
 
 
 def test_host_with_nothing_listening_there_fails_clearly(remote):

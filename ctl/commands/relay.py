@@ -1,10 +1,11 @@
 """clowderctl relay: copy bytes between stdin/stdout and clowder-control's socket.
 
 The remote end of ``clowderctl --host HOST ...``: ssh runs ``clowderctl relay`` on HOST
-and the frames on its stdin/stdout reach the one supervised control daemon there. The
-relay understands none of them and keeps no state, so a dropped ssh connection loses
-nothing: the daemon (and the PTY host behind it) keep every session, and the next relay
-reaches the same ones.
+and the frames on its stdin/stdout reach the one supervised control daemon there (or,
+with ``--to host``, the PTY host, for the session commands: the host then sees the ssh
+user's own uid and applies its own access rules). The relay understands none of the
+frames and keeps no state, so a dropped ssh connection loses nothing: the daemons keep
+every session, and the next relay reaches the same ones.
 
 It never starts anything itself. Connecting to a socket-activated socket lets systemd
 start the daemon, as for any client; when nothing listens (no socket file, or connection
@@ -19,7 +20,7 @@ import socket
 import sys
 import threading
 
-from ..client import ClientError, default_control_socket
+from ..client import ClientError, default_control_socket, default_socket
 
 CHUNK = 256 * 1024  # per read: one syscall moves a whole burst of terminal output
 CONNECT_TIMEOUT = 10.0  # a unix connect blocks only while the listen backlog is full
@@ -30,11 +31,14 @@ def add_parser(sub):
                        "(what `clowderctl --host` runs through ssh)")
     p.add_argument("--socket", dest="relay_socket", metavar="PATH",
                    help="the socket (default: --control-socket, $CLOWDER_CONTROL_SOCKET, "
-                        "$XDG_RUNTIME_DIR/clowder/control.sock, /run/clowder/control.sock)")
+                        "$XDG_RUNTIME_DIR/clowder/control.sock, /run/clowder/control.sock; "
+                        "with --to host: --socket of clowderctl, $CLOWDER_SOCKET, ...)")
+    p.add_argument("--to", choices=("control", "host"), default="control",
+                   help="which daemon: clowder-control (default) or the PTY host")
     p.set_defaults(run=run)
 
 
-def connect(path: str) -> socket.socket:
+def connect(path: str, what: str = "clowder-control.socket") -> socket.socket:
     """A connection to ``path``; ClientError saying why when nothing listens there."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(CONNECT_TIMEOUT)
@@ -42,18 +46,18 @@ def connect(path: str) -> socket.socket:
         sock.connect(path)
     except OSError as exc:
         sock.close()
-        raise ClientError(_refused(path, exc)) from None
+        raise ClientError(_refused(path, exc, what)) from None
     sock.settimeout(None)
     return sock
 
 
-def _refused(path: str, exc: OSError) -> str:
+def _refused(path: str, exc: OSError, what: str) -> str:
     """What to tell the user when connecting to ``path`` failed with ``exc``."""
     if isinstance(exc, FileNotFoundError):
-        return f"nothing listens at {path}: no such socket (is clowder-control.socket started?)"
+        return f"nothing listens at {path}: no such socket (is {what} started?)"
     if isinstance(exc, ConnectionRefusedError):
         return (f"nothing listens at {path}: connection refused "
-                f"(is clowder-control.socket started?)")
+                f"(is {what} started?)")
     if isinstance(exc, PermissionError):
         return f"permission denied on {path} (not in the clowder group?)"
     if isinstance(exc, TimeoutError):
@@ -114,8 +118,12 @@ def _downstream(sock: socket.socket, stdout: int) -> None:
 
 
 def run(args) -> int:
-    path = args.relay_socket or args.control_socket or default_control_socket()
-    sock = connect(path)
+    if args.to == "host":
+        # args.socket: clowderctl's own --socket, the PTY host's.
+        sock = connect(args.relay_socket or args.socket or default_socket(),
+                       "clowder-ptyhost.socket")
+    else:
+        sock = connect(args.relay_socket or args.control_socket or default_control_socket())
     # One blocking copy per direction: a slow reader on one side never holds up the
     # other, no fd that may be shared with a terminal is made non-blocking, and each
     # byte costs one read and one write, with no framing or buffering of ours between.

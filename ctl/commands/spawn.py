@@ -6,6 +6,7 @@ import re
 from ptyhostd import protocol
 
 from ..client import Client
+from ..transport import Remote
 
 # What a session inherits from the spawning terminal unless --env says otherwise.
 PASSED_ENV = ("TERM", "LANG", "LC_ALL", "LC_CTYPE", "COLORTERM")
@@ -14,7 +15,8 @@ PASSED_ENV = ("TERM", "LANG", "LC_ALL", "LC_CTYPE", "COLORTERM")
 def add_parser(sub):
     p = sub.add_parser("spawn", help="start a program in a new session")
     p.add_argument("--name", help="a name for the session")
-    p.add_argument("--cwd", help="working directory (default: the current one)")
+    p.add_argument("--cwd", help="working directory (default: the current one; with "
+                   "--host: an absolute path there, default systemd's for the unit)")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="set an environment variable (repeatable)")
     p.add_argument("--size", default=None, metavar="COLSxROWS",
@@ -50,7 +52,13 @@ def run(args) -> int:
             cols, rows = os.get_terminal_size(0)
         except OSError:
             cols, rows = 80, 24
-    cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+    if isinstance(args.socket, Remote):
+        # This machine's directories mean nothing there: the remote default applies.
+        if args.cwd and not os.path.isabs(args.cwd):
+            args.parser.error(f"--cwd must be absolute with --host, got {args.cwd!r}")
+        cwd = args.cwd
+    else:
+        cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
     with Client(args.socket) as c:
         info = c.request(protocol.Spawn(argv=args.argv, name=args.name, cwd=cwd, env=env,
                                         cols=cols, rows=rows, user=args.user),

@@ -1,0 +1,287 @@
+"""Issue 6, acceptance 2 and 5 on this machine: every service on one multiplexed
+connection to clowder-control (sessions, status, file, vcs, forward), and what is out of
+bounds refused inside its own stream while the others carry on.
+
+Run against system and user units (the ``host`` fixture), under a real systemd; the
+same connection through real ssh is in test_remote.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import threading
+
+import pytest
+
+from conftest import PYTHON, ensure_user, wait_for
+from ctl.client import Client, ClientError, RequestFailed
+from ctl.mux import Mux
+from ptyhostd import protocol as P
+from test_control import control  # noqa: F401 - the fixture
+
+PROMPT = b"svc$ "
+
+
+def control_socket(host) -> str:
+    return "/run/clowder/control.sock" if host.scope == "system" else \
+        f"/run/user/{host.uid}/clowder/control.sock"
+
+
+def git(cwd: str, *args: str) -> None:
+    subprocess.run(["git", "-C", cwd, *args], check=True, capture_output=True,
+                   env={"PATH": os.environ["PATH"], "HOME": "/", "GIT_AUTHOR_NAME": "t",
+                        "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@example.org"})
+
+
+def start_agent(host, control) -> str:
+    """Agent "svc": an interactive shell in a git worktree with one commit."""
+    work = control.workdir
+    subprocess.run(["rm", "-rf", work], check=True)
+    os.makedirs(work)
+    with open(f"{work}/README", "w") as f:
+        f.write("first line\n")
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "README")
+    git(work, "commit", "-q", "-m", "the first commit")
+    control._own(work)
+    control.write_config(
+        "agents:\n  - name: svc\n"
+        f"    command: [sh, -c, 'echo svc-up; PS1=\"svc$ \" exec sh -i']\n"
+        f"    cwd: {work}\n")
+    control.restart()
+    control.wait_running(["svc"])
+    return work
+
+
+class Echo:
+    """A TCP echo server on this machine's loopback (the daemons share its network)."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn):
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    def close(self):
+        self.server.close()
+
+
+class Session:
+    """An attach to agent svc on a session stream."""
+
+    def __init__(self, mux: Mux):
+        self.c = mux.request_client("session")
+        self.c.request(P.Attach(session="svc", cols=80, rows=24), P.Attached)
+        self.seen = b""
+
+    def expect(self, pattern: bytes, what: str, timeout: float = 15) -> None:
+        self.c.sock.settimeout(timeout)
+        while not re.search(pattern, self.seen):
+            try:
+                msg = self.c.recv()
+            except ClientError as exc:
+                pytest.fail(f"{what}: the session stream ended ({exc}); seen "
+                            f"{self.seen[-300:]!r}")
+            if isinstance(msg, P.Output):
+                self.seen += msg.data
+        self.c.sock.settimeout(None)
+
+    def echo(self, word: str) -> None:
+        """The shell runs a command and prints its result: the stream works both ways."""
+        self.c.send(P.Input(data=f"echo {word}-$((6*7))\r".encode()))
+        self.expect(f"{word}-42".encode(), f"the agent's shell answering {word}")
+
+
+def forward_echo(mux: Mux, port: int, data: bytes) -> bytes:
+    s = mux.open("forward", port=port)
+    s.settimeout(15)
+    try:
+        s.sendall(data)
+        got = b""
+        while len(got) < len(data):
+            chunk = s.recv(65536)
+            assert chunk, f"the forward stream ended after {len(got)} of {len(data)} bytes"
+            got += chunk
+        return got
+    finally:
+        s.close()
+
+
+def check_every_service(mux: Mux, work: str, port: int, tag: str) -> None:
+    """Status, a session, File, VCS and Forward all answer on ``mux``."""
+    status = mux.request_client("status")
+    rep = status.request(P.GetStatus(), P.StatusReport)
+    assert [a["name"] for a in rep.agents] == ["svc"]
+    assert rep.agents[0]["state"] == "running"
+    status.close()
+
+    sess = Session(mux)
+    sess.expect(PROMPT, "the agent's prompt, repainted on attach")
+    sess.echo(tag)
+
+    files = mux.request_client("file")
+    files.request(P.FileWrite(agent="svc", path=f"{tag}.txt", data=tag.encode() * 3), P.Ok)
+    names = {e["name"] for e in files.request(P.FileList(agent="svc"), P.FileListing).entries}
+    assert {"README", f"{tag}.txt", ".git"} <= names, names
+    got = files.request(P.FileRead(agent="svc", path=f"{tag}.txt"), P.FileData)
+    assert got.data == tag.encode() * 3
+
+    vcs = mux.request_client("vcs")
+    st = vcs.request(P.VcsStatus(agent="svc"), P.VcsReport)
+    assert st.info.get("branch") == "main", st.info
+    assert any(e["path"] == f"{tag}.txt" for e in st.entries), st.entries
+    log = vcs.request(P.VcsLog(agent="svc"), P.VcsReport)
+    assert log.entries[-1]["subject"] == "the first commit", log.entries
+    with open(f"{work}/README", "a") as f:
+        f.write(f"{tag} was here\n")
+    diff = vcs.request(P.VcsDiff(agent="svc"), P.VcsReport)
+    assert f"+{tag} was here".encode() in diff.data, diff.data
+
+    assert forward_echo(mux, port, tag.encode() * 1000) == tag.encode() * 1000
+    for c in (files, vcs, sess.c):
+        c.close()
+
+
+def test_every_service_on_one_connection(host, control):
+    work = start_agent(host, control)
+    echo = Echo()
+    try:
+        with Mux(control_socket(host)) as mux:
+            check_every_service(mux, work, echo.port, "first")
+            check_every_service(mux, work, echo.port, "again")  # streams come and go
+    finally:
+        echo.close()
+
+
+def test_out_of_bounds_is_refused_in_its_stream_only(host, control):
+    """Acceptance 5: path escapes, an oversize frame, an unknown service and a closed
+    port each get a clear error; the connection's other streams carry on."""
+    work = start_agent(host, control)
+    outside = os.path.dirname(work) + "/outside"
+    os.makedirs(outside, exist_ok=True)
+    with open(f"{outside}/secret", "w") as f:
+        f.write("the secret\n")
+    os.symlink(f"{outside}/secret", f"{work}/link-out")
+    os.symlink(outside, f"{work}/dir-out")
+    echo = Echo()
+    try:
+        with Mux(control_socket(host)) as mux:
+            sess = Session(mux)
+            sess.expect(PROMPT, "the agent's prompt")
+            files = mux.request_client("file")
+            for path in ("../outside/secret", "/etc/passwd", "link-out", "dir-out/secret",
+                         "a/../../outside/secret"):
+                with pytest.raises(RequestFailed) as err:
+                    files.request(P.FileRead(agent="svc", path=path), P.FileData)
+                assert err.value.code == "path", (path, err.value)
+            with pytest.raises(RequestFailed) as err:
+                files.request(P.FileWrite(agent="svc", path="../outside/x", data=b"x"), P.Ok)
+            assert err.value.code == "path"
+            assert not os.path.exists(f"{outside}/x")
+            vcs = mux.request_client("vcs")
+            with pytest.raises(RequestFailed) as err:
+                vcs.request(P.VcsDiff(agent="svc", path="../outside"), P.VcsReport)
+            assert err.value.code == "path"
+
+            with pytest.raises(ClientError, match=r"unknown service 'shell': expected one of"):
+                mux.open("shell")
+            with pytest.raises(ClientError, match=r"cannot connect to port"):
+                closed = socket.create_server(("127.0.0.1", 0))
+                port = closed.getsockname()[1]
+                closed.close()
+                mux.open("forward", port=port)
+
+            # An oversize frame inside one stream: that stream is told and closed.
+            status = mux.request_client("status")
+            status.sock.sendall(P.HEADER.pack(P.MAX_FRAME + 1, P.GetStatus.KIND))
+            with pytest.raises(RequestFailed, match="exceeds the maximum") as err:
+                status.recv()
+            assert err.value.code == "oversize"
+            with pytest.raises(ClientError, match="closed the connection"):
+                status.recv()
+
+            # Everything else on the connection still works.
+            files.request(P.FileList(agent="svc"), P.FileListing)
+            vcs.request(P.VcsStatus(agent="svc"), P.VcsReport)
+            sess.echo("still")
+            assert forward_echo(mux, echo.port, b"ping") == b"ping"
+            assert mux.request_client("status").request(P.GetStatus(), P.StatusReport)
+        with open(f"{outside}/secret") as f:
+            assert f.read() == "the secret\n"
+    finally:
+        echo.close()
+
+
+def test_a_stalled_stream_stops_only_itself(host, control):
+    """Per-stream credit: a session stream nobody reads while its agent floods holds at
+    most a window in the client, and the status stream keeps answering meanwhile."""
+    start_agent(host, control)
+    with Mux(control_socket(host)) as mux:
+        sess = Session(mux)
+        sess.expect(PROMPT, "the agent's prompt")
+        sess.c.send(P.Input(data=b"yes flood-flood-flood-flood\r"))
+        status = mux.request_client("status")
+        stalled = mux._streams[max(mux._streams)]  # noqa: SLF001 - checking the bound
+        for _ in range(50):
+            status.request(P.GetStatus(), P.StatusReport)
+        wait_for(lambda: stalled.pending, 15, "the flood to reach the client's mux")
+        for _ in range(50):
+            status.request(P.GetStatus(), P.StatusReport)
+            assert len(stalled.pending) <= P.STREAM_WINDOW, len(stalled.pending)
+        sess.c.send(P.Input(data=b"\x03"))
+        sess.seen = b""
+        sess.expect(PROMPT, "the prompt after ^C: the stalled stream resumes", timeout=60)
+
+
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_other_user_cannot_use_files_vcs_or_forward(host, control):
+    """Issue 7, access: a second unprivileged user (in group clowder, so it can reach the
+    control socket and read status) is refused the file, vcs and forward services."""
+    start_agent(host, control)
+    ensure_user("bob", 2002, "clowder")
+    echo = Echo()
+    try:
+        for args in (["file", "ls", "svc"], ["file", "cat", "svc", "README"],
+                     ["vcs", "status", "svc"]):
+            r = host.ctl(*args, user="bob", check=False)
+            assert r.returncode == 2, (args, r)
+            assert b"uid 2002 may not use the" in r.stderr, r.stderr
+        status = host.ctl("status", user="bob", check=False)
+        assert status.returncode == 0 and b"svc" in status.stdout, status
+        # forward: bob's listener accepts, the daemon refuses the stream, bob's local
+        # connection is closed and the reason printed.
+        env = {**host.env, "HOME": "/home/bob", "USER": "bob"}
+        fwd = subprocess.Popen(host._as([PYTHON, "-m", "ctl", "forward", "--listen", "0",
+                                         str(echo.port)], "bob"),
+                               env=env, stderr=subprocess.PIPE, cwd="/")
+        try:
+            line = fwd.stderr.readline().decode()
+            m = re.match(r"forwarding 127\.0\.0\.1:(\d+) ", line)
+            assert m, line
+            with socket.create_connection(("127.0.0.1", int(m[1])), timeout=15) as s:
+                s.settimeout(15)
+                assert s.recv(100) == b"", "bob's forwarded connection was served"
+            said = fwd.stderr.readline().decode()
+            assert "uid 2002 may not use the forward service" in said, said
+        finally:
+            fwd.kill()
+            fwd.wait()
+    finally:
+        echo.close()
