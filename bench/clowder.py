@@ -60,6 +60,14 @@ def wait_ready_after(old_pid: int, timeout: float = 60) -> int:
     return wait_for(ready, timeout, "the PTY host to come back")
 
 
+def wait_handed_off(old_pid: int, timeout: float = 60) -> int:
+    """Wait until a reload (hand-off) is over: the unit active, not reloading; its PID."""
+    def state():
+        out = run(["systemctl", "show", "-p", "ActiveState", "--value", SERVICE]).stdout
+        return out.strip() == "active" and main_pid()
+    return wait_for(state, timeout, "the hand-off to finish")
+
+
 class Conn:
     """A blocking protocol connection: Hello/Welcome done, then one request at a time."""
 
@@ -288,6 +296,36 @@ class ClowderCtlPeer(ClowderPeer):
                                     client_env())
         return PtyTerminal(proc, master, name=self.name, servers=lambda: [main_pid()],
                            on_close=lambda: end_session(self._conn(), sid))
+
+
+class StalledClient:
+    """A second client attached to a session, read-only, that never reads: its receive
+    buffer is shrunk so that the host's own high-water mark is what holds it back."""
+
+    def __init__(self, sid: str):
+        self.conn = Conn()
+        self.conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.conn.send(P.Attach(session=sid, cols=COLS, rows=ROWS, read_only=True))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class ClowderStalledPeer(ClowderPeer):
+    """clowder's minimal client, with a second client attached to the same session that
+    stops reading before the job starts (issue 4, acceptance 4, as a speed figure)."""
+
+    name = "clowder, 2nd client stalled"
+    note = "ptyhostd; minimal client attached, and a second, read-only client that never reads"
+
+    def open(self, argv: list[str], beside=None) -> Terminal:
+        sid = self._spawn(argv)
+        stalled = StalledClient(sid)
+
+        def done():
+            stalled.close()
+            end_session(self._conn(), sid)
+        return AttachedClient(sid, on_close=done)
 
 
 def ptyhost_fds() -> dict[str, int]:

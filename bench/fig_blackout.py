@@ -13,6 +13,11 @@ The floor: clowder-bench-floor.service (floor_service.py), a trivial socket-acti
 Type=notify service in the same interpreter, which gets N parked pty masters back from
 the FD store, sends READY=1 and echoes.  Same clock, same client steps (connect, one
 byte, its echo).  Also measured at N=0 (nothing parked): the bare floor.
+
+"hand-off": `systemctl reload clowder-ptyhost` (issue 5's in-place upgrade to the installed
+code: a check run of the new code, then an exec in the same process).  Same clock and
+client; the main PID stays, so systemd's exec/READY stamps do not apply.  The floor has
+no hand-off; the restart floor is the reference.
 """
 
 from __future__ import annotations
@@ -126,12 +131,13 @@ def unit_times(service: str, t0: float) -> dict:
 
 
 def _act(action: str, service: str, pid: int, t0: float) -> dict:
-    """Restart or kill -9 the service; for a restart, note when systemctl returns."""
+    """Restart, hand off (reload) or kill -9 the service; note when systemctl returns."""
     out: dict = {}
     if action == "kill -9":
         os.kill(pid, signal.SIGKILL)
         return out
-    proc = subprocess.Popen(["systemctl", "restart", service])
+    verb = "reload" if action == "hand-off" else "restart"
+    proc = subprocess.Popen(["systemctl", verb, service])
 
     def waiter():
         proc.wait()
@@ -177,13 +183,19 @@ def clowder_trial(action: str, probe: str, expected: int) -> dict:
     term.write(b"y")
     read_until(term, b"y", 30)
     t["bytes_flow"] = time.monotonic() - t0
+    t["dark"] = t["bytes_flow"] - t["old_gone"]  # the client had no connection
     term.close()
     if "_proc" in acted:
         acted.pop("_proc").wait()
         time.sleep(0.01)  # the waiter thread records the time
     t.update(acted)
-    clowder.wait_ready_after(old)
-    t.update(unit_times(clowder.SERVICE, t0))
+    if action == "hand-off":
+        new = clowder.wait_handed_off(old)
+        if new != old:
+            t["problem"] = f"the hand-off changed the main PID ({old} -> {new})"
+    else:
+        clowder.wait_ready_after(old)
+        t.update(unit_times(clowder.SERVICE, t0))
     running = sum(1 for s in sessions if s["state"] == "running")
     t["sessions_running"] = running
     if running != expected:
@@ -203,6 +215,7 @@ def floor_trial(action: str) -> dict:
     c = _retrying(FloorClient)
     c.echo()
     t["bytes_flow"] = t["answered"] = time.monotonic() - t0
+    t["dark"] = t["bytes_flow"] - t["old_gone"]
     c.close()
     if "_proc" in acted:
         acted.pop("_proc").wait()
@@ -273,7 +286,7 @@ def run(counts: list[int], rounds: int) -> dict:
         entry["host_fds"] = clowder.ptyhost_fds()
         set_floor_count(n)
         trials: dict[tuple, list] = {}
-        plan = [("clowder", "restart"), ("clowder", "kill -9"),
+        plan = [("clowder", "restart"), ("clowder", "kill -9"), ("clowder", "hand-off"),
                 ("floor", "restart"), ("floor", "kill -9")]
         for r in range(rounds):
             for who, action in plan[r % len(plan):] + plan[:r % len(plan)]:

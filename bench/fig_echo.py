@@ -9,6 +9,12 @@ anything the client drew meanwhile is read and dropped before the next one.
 "flood": meanwhile another session of the same peer (in the same server, for tmux and
 clowder) cats a file in a loop to its own attached client, which a `cat` process
 drains as fast as it can (it takes over the client's pty master or socket).
+
+"100 x 100 KB/s" (issue 7's scale figure): meanwhile SCALE_SESSIONS other sessions in
+the same server, with no client attached, each print SCALE_RATE bytes a second of
+log-like lines (a paced writer: a chunk every 20 ms, each session's phase random).  Only
+for the peers that hold many sessions in one server (tmux, clowder); the server's CPU
+share during the samples is recorded beside the latencies.
 """
 
 from __future__ import annotations
@@ -18,9 +24,66 @@ import random
 import subprocess
 import time
 
-from common import ECHO_ARGV, flood_argv, log, median, percentile, read_until
+import types
 
-LOADS = ("idle", "flood")
+from common import ECHO_ARGV, cpu_seconds, flood_argv, log, median, percentile, read_until
+from peers import unique
+
+LOADS = ("idle", "flood", "100 x 100 KB/s")
+SCALE = LOADS[2]
+SCALE_SESSIONS = 100
+SCALE_RATE = 100_000  # bytes a second, each
+SCALE_PEERS = ("tmux", "clowder", "clowderctl")
+
+# The paced writer of the scale load: SCALE_RATE bytes a second in chunks every 20 ms,
+# on schedule (a late chunk does not shift the ones after it).
+PACED = """\
+import os, random, sys, time
+rate, tick = int(sys.argv[1]), 0.02
+line = b"%08d INFO worker: request handled in 12 ms, status 200, bytes 5123, ok\\n"
+chunk, n = bytearray(), 0
+while len(chunk) < rate * tick:
+    chunk += line % n
+    n += 1
+chunk = bytes(chunk[:int(rate * tick)])
+t = time.monotonic() + random.random() * tick
+while True:
+    time.sleep(max(0.0, t - time.monotonic()))
+    os.write(1, chunk)
+    t += tick
+"""
+
+
+def paced_argv(rate: int) -> list[str]:
+    return ["/usr/bin/python3", "-c", PACED, str(rate)]
+
+
+def _start_scale(peer):
+    """SCALE_SESSIONS paced sessions in the peer's server, no client attached.
+    Returns (beside, server pids, stop)."""
+    argv = paced_argv(SCALE_RATE)
+    if peer.name == "tmux":
+        sock = unique("scale")
+        for i in range(SCALE_SESSIONS):
+            peer._tmux(sock, "new-session", "-d", "-s", f"p{i}", "-x", "80", "-y", "24",
+                       "--", *argv)
+        server = peer._server_pid(sock)
+        return (types.SimpleNamespace(tmux_socket=sock), [server],
+                lambda: peer._tmux(sock, "kill-server", check=False))
+    import clowder
+    sids = [peer._spawn(argv) for _ in range(SCALE_SESSIONS)]
+
+    def stop():
+        conn = peer._conn()
+        for sid in sids:
+            try:
+                conn.request(clowder.P.Kill(session=sid, signal=1), clowder.P.Ok)
+            except RuntimeError:
+                pass
+        for sid in sids:
+            conn.request(clowder.P.Wait(session=sid), clowder.P.Exited)
+            conn.request(clowder.P.Remove(session=sid), clowder.P.Ok)
+    return None, [clowder.main_pid()], stop
 
 GAP = (0.005, 0.015)  # seconds between keystrokes
 
@@ -58,21 +121,33 @@ def _start_flood(peer, path: str):
     return flood, drainer
 
 
-def measure(peer, samples: int, rng: random.Random, flood_path: str | None = None
-            ) -> list[float]:
+def measure(peer, samples: int, rng: random.Random, flood_path: str | None = None,
+            scale: dict | None = None) -> list[float]:
+    """Echo samples; with ``scale`` (a dict), under the scale load, whose server CPU share
+    during the samples is put into it."""
     flood = drainer = None
+    stop_scale = None
+    beside = None
     if flood_path:
         flood, drainer = _start_flood(peer, flood_path)
+        beside = flood
+    elif scale is not None:
+        beside, servers, stop_scale = _start_scale(peer)
     try:
-        term = peer.open(ECHO_ARGV, beside=flood)
+        term = peer.open(ECHO_ARGV, beside=beside)
     except BaseException:
         if flood is not None:
             drainer.kill()
             drainer.wait()
             flood.close()
+        if stop_scale is not None:
+            stop_scale()
         raise
     try:
         _ready(term)
+        if scale is not None:
+            time.sleep(0.5)  # every paced writer is going
+            c0, w0 = cpu_seconds(servers), time.monotonic()
         out = []
         for i in range(samples):
             key = bytes([ord("a") + i % 26])
@@ -82,6 +157,8 @@ def measure(peer, samples: int, rng: random.Random, flood_path: str | None = Non
             out.append(time.perf_counter() - t0)
             time.sleep(rng.uniform(*GAP))
             _drop_pending(term, 0)
+        if scale is not None:
+            scale["server_cpu_share"] = (cpu_seconds(servers) - c0) / (time.monotonic() - w0)
         return out
     finally:
         term.close()
@@ -89,19 +166,28 @@ def measure(peer, samples: int, rng: random.Random, flood_path: str | None = Non
             drainer.kill()
             drainer.wait()
             flood.close()
+        if stop_scale is not None:
+            stop_scale()
 
 
 def run(peers: list, samples: int, rounds: int, flood_path: str) -> dict:
     rng = random.Random(11)
     got: dict[tuple, list[float]] = {}
     errors: dict[str, list[str]] = {p.name: [] for p in peers}
+    shares: dict[str, list[float]] = {}
     for r in range(rounds):
         order = peers[r % len(peers):] + peers[:r % len(peers)]
         for load in LOADS:
             for peer in order:
+                if load == SCALE and peer.name not in SCALE_PEERS:
+                    continue
                 try:
-                    lat = measure(peer, samples, rng, flood_path if load == "flood" else None)
+                    scale = {} if load == SCALE else None
+                    lat = measure(peer, samples, rng, flood_path if load == "flood" else None,
+                                  scale)
                     got.setdefault((peer.name, load), []).extend(lat)
+                    if scale:
+                        shares.setdefault(peer.name, []).append(scale["server_cpu_share"])
                     log(f"echo round {r + 1}/{rounds} {load} {peer.name}: p50 "
                         f"{median(lat) * 1e3:.2f} ms, p99 {percentile(lat, 99) * 1e3:.2f} ms")
                 except Exception as exc:
@@ -119,5 +205,9 @@ def run(peers: list, samples: int, rounds: int, flood_path: str) -> dict:
                     "p99_ms": percentile(lat, 99) * 1e3,
                     "max_ms": max(lat) * 1e3,
                 }
+        if peer.name in shares:
+            summary[peer.name][SCALE]["server_cpu_share"] = median(shares[peer.name])
     return {"samples_per_round": samples, "rounds": rounds, "loads": list(LOADS),
+            "scale": {"sessions": SCALE_SESSIONS, "bytes_per_s": SCALE_RATE,
+                      "peers": list(SCALE_PEERS)},
             "peers": summary}

@@ -8,6 +8,9 @@ So a peer that drops or skips output (tmux and screen redraw the screen rather t
 forwarding every byte) is timed to the same event: the end of the job on the client's
 screen.  CPU time of the relay's server and client processes is read from
 /proc/PID/schedstat around the timed part; ``reader_cpu`` is this process's own.
+
+"clowder, 2nd client stalled" is clowder's row again with a second, read-only client
+attached to the session that never reads; ``x_alone`` is its speed over clowder's alone.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from common import (DONE, drain, log, median, ping, read_until, throughput_argv, cpu_seconds)
 
 WORK = "/tmp/clowder-bench"
+STALLED = "clowder, 2nd client stalled"  # clowder.ClowderStalledPeer
 
 
 def make_file(size: int) -> str:
@@ -123,4 +127,12 @@ def run(peers: list, size: int, rounds: int, timeout: float) -> dict:
             paired = [x["mb_s"] / by_round[x["round"]] for x in samples[peer.name]
                       if x["round"] in by_round]
             s[key + "_paired"] = median(paired)
+    # The session and a reading client with a second client stalled, against the same
+    # with no second client: the speed half of issue 4's acceptance 4.
+    stalled = summary.get(STALLED, {})
+    if "mb_s" in stalled and samples.get("clowder"):
+        by_round = {x["round"]: x["mb_s"] for x in samples["clowder"]}
+        stalled["x_alone"] = stalled["mb_s"] / summary["clowder"]["mb_s"]
+        stalled["x_alone_paired"] = median(x["mb_s"] / by_round[x["round"]]
+                                           for x in samples[STALLED] if x["round"] in by_round)
     return {"file_bytes": size, "rounds": rounds, "peers": summary}

@@ -21,11 +21,12 @@ import clowder  # noqa: E402
 import fig_blackout  # noqa: E402
 import fig_echo  # noqa: E402
 import fig_memory  # noqa: E402
+import fig_repaint  # noqa: E402
 import fig_throughput  # noqa: E402
 from common import log, run  # noqa: E402
 from peers import AbducoPeer, DtachPeer, RawPeer, ScreenPeer, TmuxPeer  # noqa: E402
 
-FIGURES = ("throughput", "blackout", "echo", "memory")
+FIGURES = ("throughput", "blackout", "echo", "repaint", "memory")
 
 
 def emit(name: str, value) -> None:
@@ -85,13 +86,21 @@ def main() -> int:
         t0 = time.monotonic()
         try:
             if fig == "throughput":
-                res = fig_throughput.run(peers, args.size, args.rounds, args.timeout)
+                # clowder once more with a second client stalled (issue 4, acceptance 4).
+                stalled = clowder.ClowderStalledPeer()
+                res = fig_throughput.run(peers + [stalled], args.size, args.rounds,
+                                         args.timeout)
+                stalled.reset()
             elif fig == "blackout":
                 counts = [int(n) for n in args.sessions.split(",") if n]
                 res = fig_blackout.run(counts, args.rounds)
             elif fig == "echo":
                 res = fig_echo.run(peers, args.echo_samples, args.rounds,
                                    fig_throughput.make_file(args.size))
+            elif fig == "repaint":
+                res = fig_repaint.run([p.name for p in peers],
+                                      fig_throughput.make_file(args.size), args.size,
+                                      args.rounds)
             elif fig == "memory":
                 clowder.stop_host()  # a fresh host, nothing left from the other figures
                 clowder.start_host()

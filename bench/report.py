@@ -12,13 +12,16 @@ import json
 import sys
 
 PREFIX = "BENCHRESULT "
-PEER_ORDER = ["raw pty", "tmux", "screen", "dtach", "abduco", "clowder", "clowderctl"]
+STALLED = "clowder, 2nd client stalled"
+PEER_ORDER = ["raw pty", "tmux", "screen", "dtach", "abduco", "clowder", "clowderctl", STALLED]
+ACTIONS = ("restart", "kill -9", "hand-off")
 
 HOW = """\
 ## How to run
 
     python3 bench/run.py            # full: 100 MB, 5 rounds, N = 10, 100, 1000
     python3 bench/run.py --quick    # check run: 20 MB, 3 rounds, N = 10, 100, 1000
+    python3 bench/run.py --figures repaint,echo --instance my-bench   # some figures only
 
 As root.  It installs tmux, screen and dtach from Debian if missing (abduco is not
 packaged for Debian 12 and is measured only if an `abduco` is on PATH), copies the tree
@@ -48,6 +51,11 @@ tmux and screen clients show no CPU because their servers write to the client's
 terminal directly (the client hands its tty over).
 "x raw" and "x tmux" are ratios of the medians; "paired" is the median of the ratios
 taken within each round (less sensitive to the machine's load drifting).
+"clowder, 2nd client stalled": clowder's measurement again, with a second, read-only
+client attached to the same session that never reads (its receive buffer shrunk to
+4 KiB): the session and the reading client should not notice it (issue 4, acceptance 4;
+the test `test_stalled_client_is_bounded_and_repainted` checks memory and correctness
+at 100 MB, this table the speed).
 
 **2. Restart blackout.** clowder holds N sessions (N-1 `sleep infinity`, one probe
 running `cat`) with the minimal client attached to the probe.  The clock starts just
@@ -60,7 +68,9 @@ running; any shortfall is reported.  The floor is clowder-bench-floor.service
 (bench/floor_service.py): a trivial socket-activated Type=notify service, in the same
 interpreter, that gets N parked pty masters back from the FD store, sends READY=1 and
 echoes; same clock, same client (connect, one byte, its echo).  The bare floor is the
-same service with nothing parked.
+same service with nothing parked.  "hand-off" is `systemctl reload clowder-ptyhost`:
+the installed code is first run once as a check, then the host execs it in the same
+process; the client's connection closes at the exec.
 
 **3. Keystroke echo.** The session runs `stty raw -echo; exec cat`, so the program (not
 the tty) writes each key back.  A sample is the time from writing one byte into the
@@ -69,6 +79,11 @@ samples are 5-15 ms apart.  "idle": nothing else runs in the instance.  "flood":
 meanwhile another session of the same peer (in the same server for tmux and clowder;
 screen, dtach and the raw pty have one process or pty per session anyway) cats the
 throughput file in a loop to its own attached client, drained by a `cat` process.
+"100 x 100 KB/s" (the scale figure): meanwhile 100 other sessions in the same server,
+no client attached, each print 100 KB/s of log lines (a paced Python writer, a 2 KB
+chunk every 20 ms); tmux and clowder only (screen and dtach run a process per session,
+so the load would not share their client's server).  The server's CPU share during the
+samples shows the load was really there.
 
 **4. Memory per session.** Sessions are added without a client (1, then 10, then 100)
 and the PSS (/proc/PID/smaps_rollup) of the peer's server processes is summed: tmux's
@@ -77,6 +92,19 @@ in the sessions are not counted.  Marginal = (PSS at 100 - PSS at 1) / 99.  Two 
 idle, and after each session printed 2,000 lines of ~70 characters.  For clowder the
 growth of systemd's own PSS (PID 1 of the instance) is shown beside it: each session is
 a transient unit that systemd keeps.
+
+**5. Repaint latency.** The session draws a full 80x24 screen (23 rows of text with
+colours and bold, then a marker at the end of the last row) and sleeps.  A sample is
+the time from the attach's start to the marker reaching the client, i.e. the repaint
+has drawn the whole screen: for `clowder`, from connecting (Hello, Attach, Attached,
+the repaint's Output frames); for `clowderctl` (`attach --history 0`), tmux (`tmux
+attach`) and screen (`screen -x`), from starting the client process in a pty of ours,
+so theirs include a process start (a C program's ~2 ms; Python's ~60 ms for
+clowderctl).  "idle": a quiet session, after one warm-up attach (clowder makes a
+session's model on its first attach).  "after flood": a fresh session first cats the
+throughput file with no client attached, then draws the screen; the attach starts the
+moment the job has written its last byte.  dtach and abduco keep no screen, so they
+have no repaint to time.
 """
 
 
@@ -127,10 +155,17 @@ def _throughput(res: dict) -> str:
             "; ".join(s.get("errors", [])) or "",
         ])
     mb = res["file_bytes"] / 1e6
-    return (f"`cat` of {mb:g} MB to an attached client; medians of {res['rounds']} "
-            "interleaved rounds.\n\n"
-            + _table(["peer", "MB/s", "s", "x raw (paired)", "x tmux (paired)",
-                      "relay CPU s / 100 MB", "each round MB/s", "errors"], rows))
+    out = (f"`cat` of {mb:g} MB to an attached client; medians of {res['rounds']} "
+           "interleaved rounds.\n\n"
+           + _table(["peer", "MB/s", "s", "x raw (paired)", "x tmux (paired)",
+                     "relay CPU s / 100 MB", "each round MB/s", "errors"], rows))
+    stalled = peers.get(STALLED, {})
+    if "x_alone" in stalled:
+        out += (f"\nWith a second client attached to the session and stalled (it never "
+                f"reads), the session and the reading client ran at "
+                f"{stalled['mb_s']:.1f} MB/s: {stalled['x_alone']:.2f} x clowder with no "
+                f"second client (paired within rounds: {_f(stalled.get('x_alone_paired'), '{:.2f}')}).\n")
+    return out
 
 
 def _blackout(res: dict) -> str:
@@ -144,13 +179,16 @@ def _blackout(res: dict) -> str:
     rows = []
     problems = []
     for n, entry in res["by_count"].items():
-        for action in ("restart", "kill -9"):
+        for action in ACTIONS:
             c = entry.get("clowder", {}).get(action, {})
+            if not c:
+                continue
             fl = entry.get("floor", {}).get(action, {})
             ratio = (c["bytes_flow_ms"] / fl["bytes_flow_ms"]
                      if c.get("bytes_flow_ms") and fl.get("bytes_flow_ms") else None)
             rows.append([
-                n, action, _f(c.get("bytes_flow_ms")), _f(c.get("ps_answered_ms")),
+                n, action, _f(c.get("bytes_flow_ms")), _f(c.get("dark_ms")),
+                _f(c.get("ps_answered_ms")),
                 _f(c.get("old_gone_ms")), _f(c.get("new_exec_ms")), _f(c.get("ready_ms")),
                 _f(fl.get("new_exec_ms")), _f(fl.get("bytes_flow_ms")),
                 _f(ratio, "{:.1f}"),
@@ -160,13 +198,18 @@ def _blackout(res: dict) -> str:
         problems += [f"N={n}: {e}" for e in entry.get("errors", [])]
     out.append(f"Medians of {res['rounds']} trials each, in ms from the restart (or kill) "
                "being issued.\n")
-    out.append(_table(["N", "how", "clowder: bytes flow", "ps answered", "old host gone",
+    out.append(_table(["N", "how", "clowder: bytes flow", "no connection", "ps answered",
+                       "old host gone",
                        "new host exec'd", "new host READY", "floor: new exec'd",
                        "floor (N parked): bytes flow", "x floor", "clowder each trial"], rows))
     out.append("\n\"old host gone\": its connection to the client closed; \"exec'd\" and "
                "\"READY\": systemd's own timestamps (ExecMainStartTimestampMonotonic, "
                "ActiveEnterTimestampMonotonic) of the new main process.  READY to bytes flowing "
-               "is the client's reconnect and attach.\n")
+               "is the client's reconnect and attach.  \"no connection\": from the old "
+               "connection's close to bytes flowing again, the time the client really had "
+               "nothing (a hand-off keeps serving while it checks the new code).  The "
+               "hand-off keeps the main PID, so systemd's stamps do not apply, and the floor "
+               "has none: compare it with the restart rows.\n")
     extra = []
     for n, entry in res["by_count"].items():
         if "spawn_ms_per_session" in entry:
@@ -212,8 +255,26 @@ def _echo(res: dict) -> str:
     header = ["peer"]
     for load in loads:
         header += [f"{load}: p50 ms", "p99 ms", "max ms", "p50 x tmux"]
-    return (f"{res['samples_per_round']} keystrokes a round, {res['rounds']} rounds, pooled "
-            "(samples per load).\n\n" + _table(header + ["samples", "errors"], rows))
+    out = (f"{res['samples_per_round']} keystrokes a round, {res['rounds']} rounds, pooled "
+           "(samples per load).\n\n" + _table(header + ["samples", "errors"], rows))
+    scale = res.get("scale")
+    if scale:
+        load = loads[-1]
+        parts = []
+        for name in _ordered(peers):
+            d = peers[name].get(load, {})
+            if "p50_ms" in d:
+                tmux = get("tmux", load, "p99_ms")
+                parts.append(f"{name} p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms"
+                             + (f" ({d['p99_ms'] / tmux:.1f} x tmux's p99)"
+                                if tmux and name != "tmux" else "")
+                             + (f", server CPU {d['server_cpu_share'] * 100:.0f} %"
+                                if d.get("server_cpu_share") is not None else ""))
+        out += (f"\n\"{load}\" (scale): {scale['sessions']} other sessions in the same "
+                f"server each print {scale['bytes_per_s'] / 1e3:g} KB/s while the client "
+                "types in another; only the peers that hold many sessions in one server.  "
+                + "; ".join(parts) + ".\n")
+    return out
 
 
 def _memory(res: dict) -> str:
@@ -244,6 +305,43 @@ def _memory(res: dict) -> str:
                       "2000 lines: x tmux", "systemd PID 1, kB a session (idle)"], rows))
 
 
+def _repaint(res: dict) -> str:
+    if "error" in res:
+        return f"Failed:\n\n```\n{res['error']}\n```\n"
+    peers = res["peers"]
+    rows = []
+    for name in _ordered(peers):
+        row = [name]
+        for load in ("idle", "after flood"):
+            d = peers[name].get(load, {})
+            row += [_f(d.get("median_ms"), "{:.1f}"), _f(d.get("max_ms"), "{:.1f}"),
+                    _f(d.get("x_tmux"), "{:.2f}")]
+        row.append("; ".join(peers[name].get("errors", [])))
+        rows.append(row)
+    for name, why in res.get("no_repaint", {}).items():
+        rows.append([name, "-", "", "", "-", "", "", f"no repaint: {why}"])
+    mb = res["flood_bytes"] / 1e6
+    out = (f"Time from the attach's start to the whole 80x24 screen on the client, ms; "
+           f"idle: {res['attaches_idle']} attaches a round, after flood: one attach right "
+           f"after {mb:g} MB; {res['rounds']} rounds.\n\n"
+           + _table(["peer", "idle: median ms", "max ms", "x tmux", "after flood: median ms",
+                     "max ms", "x tmux", "errors"], rows))
+    m = res.get("model")
+    flood = peers.get("clowder", {}).get("after flood", {})
+    if m:
+        out += (f"\nThe bound after a flood of any size: clowder's model is fed lazily, so an "
+                f"attach right after a flood first parses at most the newest "
+                f"{m['catch_up_bytes'] // 1024} KiB of output ({m['feed_catch_up_ms']:.0f} ms "
+                f"in this process), then renders ({m['repaint_80x24_ms']:.1f} ms for 80x24, "
+                f"{m['repaint_200x50_ms']:.1f} ms for 200x50): the repaint after "
+                f"{mb:g} MB took {_f(flood.get('median_ms'), '{:.0f}')} ms (max "
+                f"{_f(flood.get('max_ms'), '{:.0f}')} ms), and would not grow with a larger "
+                "flood.  tmux and screen parse every byte as it comes (which is what limits "
+                "their throughput, table 1), so their repaint after a flood costs what it "
+                "costs idle.\n")
+    return out
+
+
 def markdown(results: dict, png: str | None, results_name: str) -> str:
     run = results.get("run", {})
     meta = results.get("meta", {})
@@ -270,7 +368,9 @@ def markdown(results: dict, png: str | None, results_name: str) -> str:
                 ("2. Restart blackout", "blackout", _blackout),
                 ("3. Keystroke echo latency, idle and while another session floods", "echo",
                  _echo),
-                ("4. Host memory per session", "memory", _memory)]
+                ("4. Host memory per session", "memory", _memory),
+                ("5. Repaint latency for an attaching client, idle and after a flood",
+                 "repaint", _repaint)]
     for title, key, fn in sections:
         out.append(f"## {title}\n")
         out.append(fn(results[key]) if key in results else "Not run.\n")
@@ -287,7 +387,11 @@ def plot(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig, grid = plt.subplots(2, 3, figsize=(19, 9))
+    # Figures 1, 2, 5 on top; 3 and 4 below.
+    axes = [[grid[0][0], grid[0][1]], [grid[1][0], grid[1][1]]]
+    repaint_ax = grid[0][2]
+    grid[1][2].axis("off")
     run = results.get("run", {})
     fig.suptitle("clowder beside tmux, screen, dtach, abduco"
                  + (" (quick run)" if run.get("quick") else "")
@@ -313,15 +417,16 @@ def plot(results: dict, path: str) -> None:
     bo = results.get("blackout", {}).get("by_count", {})
     if bo:
         labels, series = [], {"clowder restart": [], "clowder kill -9": [],
+                              "clowder hand-off": [],
                               "floor restart": [], "floor kill -9": []}
         for n, entry in bo.items():
             labels.append(f"N={n}")
             for key in series:
                 who, action = key.split(" ", 1)
                 series[key].append(entry.get(who, {}).get(action, {}).get("bytes_flow_ms") or 0)
-        width = 0.2
+        width = 0.16
         for i, (key, vals) in enumerate(series.items()):
-            ax.bar([x + (i - 1.5) * width for x in range(len(labels))], vals, width, label=key)
+            ax.bar([x + (i - 2) * width for x in range(len(labels))], vals, width, label=key)
         bare = results["blackout"].get("bare_floor", {}).get("restart", {}).get("bytes_flow_ms")
         if bare:
             ax.axhline(bare, color="#444", linestyle=":", label=f"bare floor restart {bare:.0f} ms")
@@ -337,11 +442,13 @@ def plot(results: dict, path: str) -> None:
     names = [n for n in _ordered(ec) if "p50_ms" in ec[n].get("idle", {})]
     if names:
         xs = range(len(names))
-        bars = [("idle", "p50_ms", -0.3), ("idle", "p99_ms", -0.1),
-                ("flood", "p50_ms", 0.1), ("flood", "p99_ms", 0.3)]
-        for load, key, off in bars:
+        loads = results["echo"].get("loads", ["idle", "flood"])
+        bars = [(load, key) for load in loads for key in ("p50_ms", "p99_ms")]
+        width = 0.8 / len(bars)
+        for i, (load, key) in enumerate(bars):
             vals = [ec[n].get(load, {}).get(key) or 0 for n in names]
-            ax.bar([x + off for x in xs], vals, 0.2, label=f"{load} {key[:3]}")
+            ax.bar([x + (i - (len(bars) - 1) / 2) * width for x in xs], vals, width,
+                   label=f"{load} {key[:3]}")
         ax.set_xticks(list(xs), names, rotation=20)
         ax.set_yscale("log")
         ax.set_ylabel("ms (log)")
@@ -366,6 +473,25 @@ def plot(results: dict, path: str) -> None:
         ax.legend(fontsize=8)
     else:
         ax.set_title("4. memory: not run")
+
+    ax = repaint_ax
+    rp = results.get("repaint", {}).get("peers", {})
+    names = [n for n in _ordered(rp) if "median_ms" in rp[n].get("idle", {})]
+    if names:
+        xs = range(len(names))
+        for off, load in ((-0.2, "idle"), (0.2, "after flood")):
+            vals = [rp[n].get(load, {}).get("median_ms") or 0 for n in names]
+            ax.bar([x + off for x in xs], vals, 0.4, label=load)
+            for x, v in zip(xs, vals):
+                ax.text(x + off, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_xticks(list(xs), names, rotation=20)
+        ax.set_ylabel("ms to the full screen (log)")
+        mb = results["repaint"].get("flood_bytes", 0) / 1e6
+        ax.set_title(f"5. repaint on attach, idle and after {mb:g} MB (median)")
+        ax.legend(fontsize=8)
+    else:
+        ax.set_title("5. repaint: not run")
 
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """clowder's benchmarks, side by side with tmux, GNU screen, dtach and abduco.
 
-    python3 bench/run.py [--quick] [--figures throughput,blackout,echo,memory]
+    python3 bench/run.py [--quick] [--figures throughput,blackout,echo,repaint,memory]
                          [--rounds N] [--sessions 10,100,1000] [--size BYTES]
 
 Run as root from anywhere.  Not part of the test suite, and it asserts nothing about
@@ -134,25 +134,27 @@ def source_revision() -> str:
 # --- 3. the instance ----------------------------------------------------------------------
 
 
-def run_inside(argv: list[str], out_path: str) -> int:
+def run_inside(argv: list[str], out_path: str, name: str = INSTANCE) -> int:
     sys.path.insert(0, os.path.join(SRC, "tools"))
     from sysinstance import STATE_ROOT, Instance
-    if (STATE_ROOT / INSTANCE).exists():
-        say(f"removing a stale instance {INSTANCE}")
-        Instance(INSTANCE).stop()
-    with open(out_path, "w") as out, Instance(INSTANCE, boot_timeout=60) as inst:
-        say(f"instance {INSTANCE} booted; running {' '.join(argv[1:])}")
+    if (STATE_ROOT / name).exists():
+        say(f"removing a stale instance {name}")
+        Instance(name).stop()
+    with open(out_path, "w") as out, Instance(name, boot_timeout=60) as inst:
+        say(f"instance {name} booted; running {' '.join(argv[1:])}")
         return inst.exec(argv, cwd="/", stdout=out).returncode
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller and fewer: a check run")
-    p.add_argument("--figures", default="throughput,blackout,echo,memory")
+    p.add_argument("--figures", default="throughput,blackout,echo,repaint,memory")
     p.add_argument("--rounds", type=int)
     p.add_argument("--size", type=int, help="bytes of the cat figure's file")
     p.add_argument("--sessions", help="N for the restart figure, comma-separated")
     p.add_argument("--echo-samples", type=int)
+    p.add_argument("--instance", default=INSTANCE,
+                   help=f"name of the private systemd instance (default {INSTANCE})")
     p.add_argument("--no-setup", action="store_true",
                    help="reuse /opt/clowder-bench as it is (no apt, copy or pip)")
     p.add_argument("--no-docs", action="store_true",
@@ -187,7 +189,7 @@ def main() -> int:
             "--rounds", str(rounds), "--echo-samples", str(samples), "--sessions", sessions,
             "--figures", args.figures]
     t0 = time.monotonic()
-    code = run_inside(argv, out_path)
+    code = run_inside(argv, out_path, args.instance)
     header["elapsed_s"] = time.monotonic() - t0
     with open(out_path, "a") as f:
         f.write(report.line("run", header) + "\n")
