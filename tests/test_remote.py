@@ -194,8 +194,8 @@ def test_control_commands_through_host(remote):
     # Session commands go through `relay --to host`, to the remote PTY host.
     ps = json.loads(remote.ctl("ps", "--json").stdout)
     assert [s["pid"] for s in ps if s["id"] == again["session"]] == [again["pid"]], ps
-    sid = remote.ctl("spawn", "--cwd", WORKDIR, "sh", "-c", "pwd; echo spawned-$((6*7))"
-                     ).stdout.decode().strip()
+    sid = remote.ctl("spawn", "--cwd", WORKDIR, "--", "sh", "-c",
+                     "pwd; echo spawned-$((6*7))").stdout.decode().strip()
     assert remote.ctl("wait", sid, check=False).returncode == 0
     assert remote.ctl("backlog", sid).stdout.replace(b"\r", b"") == \
         f"{WORKDIR}\nspawned-42\n".encode()
@@ -294,6 +294,61 @@ def test_remote_daemons_killed_are_restarted_and_keep_sessions(remote):
         running = {s["id"]: s["pid"] for s in ps if s["state"] == "running"}
         for sid, pid in before.values():
             assert running.get(sid) == pid, f"session {sid} lost after kill -9 of {units}"
+
+
+ECHO_PORT = 7777
+ECHO = ("import socket, threading\n"
+        "def echo(c):\n"
+        "    while d := c.recv(65536): c.sendall(d)\n"
+        "    c.close()\n"
+        f"s = socket.create_server(('127.0.0.1', {ECHO_PORT}))\n"
+        "while True: threading.Thread(target=echo, args=(s.accept()[0],)).start()\n")
+
+
+def test_every_service_through_ssh_before_and_after_a_drop(remote, monkeypatch):
+    """Acceptance 2: one ssh connection carries a session, Status, File, VCS and Forward
+    (to a port on the remote's loopback); kill -9 the ssh client: a new connection finds
+    the same agent (same pid, repainted) and every service answers again."""
+    from ctl.mux import Mux
+    from ctl.transport import Remote as Target
+    from test_streams import check_every_service
+    for key in ("CLOWDER_SSH", "CLOWDER_REMOTE_RELAY"):
+        monkeypatch.setenv(key, remote.env[key])
+    box = remote.box
+    git = ["git", "-C", WORKDIR, "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    box.exec(["sh", "-c", f"rm -rf {WORKDIR} && mkdir -p {WORKDIR} && "
+              f"echo 'first line' > {WORKDIR}/README"], check=True)
+    for args in (["init", "-q", "-b", "main"], ["add", "README"],
+                 ["commit", "-q", "-m", "the first commit"]):
+        box.exec(git + args, check=True, capture_output=True)
+    box.exec(["systemd-run", "--unit=clowder-test-echo", "--collect", PYTHON, "-c", ECHO],
+             check=True, capture_output=True)
+    try:
+        remote.write_config("agents:\n  - name: svc\n"
+                            "    command: [sh, -c, 'echo svc-up; PS1=\"svc$ \" exec sh -i']\n"
+                            f"    cwd: {WORKDIR}\n")
+        before = remote.wait_running("svc")
+
+        def append_readme(text: str) -> None:
+            box.exec(["sh", "-c", f"printf '%s' '{text}' >> {WORKDIR}/README"], check=True)
+
+        target = Target(remote.target)
+        mux = Mux(target)
+        try:
+            check_every_service(mux, append_readme, ECHO_PORT, "before")
+            ssh = mux.client.transport.proc
+            os.kill(ssh.pid, signal.SIGKILL)
+            wait_for(lambda: mux.dead, 15, "the client to notice that ssh was killed")
+            with pytest.raises(Exception, match="connection to .* is closed"):
+                mux.open("status")
+        finally:
+            mux.close()
+        with Mux(target) as again:
+            check_every_service(again, append_readme, ECHO_PORT, "after")
+        after = remote.agents()["svc"]
+        assert (after["session"], after["pid"]) == (before["session"], before["pid"])
+    finally:
+        box.exec(["systemctl", "stop", "clowder-test-echo.service"])
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ctl.mux import Mux
 from ptyhostd import protocol as P
 from test_control import control  # noqa: F401 - the fixture
 
-PROMPT = b"svc$ "
+PROMPT = rb"svc\$"  # a repaint draws the row, without its trailing blank
 
 
 def control_socket(host) -> str:
@@ -124,8 +124,16 @@ def forward_echo(mux: Mux, port: int, data: bytes) -> bytes:
         s.close()
 
 
-def check_every_service(mux: Mux, work: str, port: int, tag: str) -> None:
-    """Status, a session, File, VCS and Forward all answer on ``mux``."""
+def append_to(path: str):
+    def append(text: str) -> None:
+        with open(path, "a") as f:
+            f.write(text)
+    return append
+
+
+def check_every_service(mux: Mux, append_readme, port: int, tag: str) -> None:
+    """Status, a session, File, VCS and Forward all answer on ``mux``; agent svc's
+    worktree is a git repository with a README that ``append_readme(text)`` changes."""
     status = mux.request_client("status")
     rep = status.request(P.GetStatus(), P.StatusReport)
     assert [a["name"] for a in rep.agents] == ["svc"]
@@ -149,8 +157,7 @@ def check_every_service(mux: Mux, work: str, port: int, tag: str) -> None:
     assert any(e["path"] == f"{tag}.txt" for e in st.entries), st.entries
     log = vcs.request(P.VcsLog(agent="svc"), P.VcsReport)
     assert log.entries[-1]["subject"] == "the first commit", log.entries
-    with open(f"{work}/README", "a") as f:
-        f.write(f"{tag} was here\n")
+    append_readme(f"{tag} was here\n")
     diff = vcs.request(P.VcsDiff(agent="svc"), P.VcsReport)
     assert f"+{tag} was here".encode() in diff.data, diff.data
 
@@ -164,8 +171,9 @@ def test_every_service_on_one_connection(host, control):
     echo = Echo()
     try:
         with Mux(control_socket(host)) as mux:
-            check_every_service(mux, work, echo.port, "first")
-            check_every_service(mux, work, echo.port, "again")  # streams come and go
+            readme = append_to(f"{work}/README")
+            check_every_service(mux, readme, echo.port, "first")
+            check_every_service(mux, readme, echo.port, "again")  # streams come and go
     finally:
         echo.close()
 
