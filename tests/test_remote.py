@@ -103,6 +103,13 @@ class Remote:
         return wait_for(lambda: (lambda p: p if p and p != old else 0)(self.main_pid(unit)),
                         30, f"systemd to restart {unit} on the remote after kill -9")
 
+    def box_agents(self) -> dict:
+        """Agents as the box itself sees them (no ssh)."""
+        out = self.box.exec([PYTHON, "-m", "ctl", "status", "--json"], capture_output=True)
+        if out.returncode != 0:
+            return {}
+        return {a["name"]: a for a in json.loads(out.stdout)["agents"]}
+
     def backlog(self, sid: str) -> bytes:
         """The session's output, read on the box itself (no client of ours attached)."""
         return self.box.exec([PYTHON, "-m", "ctl", "backlog", sid], capture_output=True,
@@ -294,6 +301,27 @@ def test_remote_daemons_killed_are_restarted_and_keep_sessions(remote):
         running = {s["id"]: s["pid"] for s in ps if s["state"] == "running"}
         for sid, pid in before.values():
             assert running.get(sid) == pid, f"session {sid} lost after kill -9 of {units}"
+
+
+def test_units_start_at_boot_and_bring_agents_up(remote):
+    """The units install enabled: what a boot starts (multi-user.target and
+    sockets.target pull them in) brings the control daemon, the host and the agents up
+    with no client connecting first."""
+    remote.write_config("agents:\n" + agent_yaml(
+        "boot", "sh -c 'echo boot-up; exec sleep 100000'"))
+    remote.box.exec(["systemctl", "stop", *UNITS], check=True)
+    for unit in ("clowder-control.service", "clowder-control.socket",
+                 "clowder-ptyhost.socket"):
+        enabled = remote.box.exec(["systemctl", "is-enabled", unit], capture_output=True)
+        assert enabled.stdout.decode().strip() == "enabled", (unit, enabled)
+    # What a boot does: start the targets; their Wants= (the enabled units) come along.
+    remote.box.exec(["systemctl", "start", "sockets.target", "multi-user.target"], check=True)
+    wait_for(lambda: remote.main_pid("clowder-control.service"), 30,
+             "clowder-control to be started by multi-user.target")
+    agent = wait_for(lambda: (lambda a: a if a.get("state") == "running" else None)(
+        remote.box_agents().get("boot", {})), 30, "agent boot to be started at boot")
+    assert remote.main_pid("clowder-ptyhost.service"), "the host is not running"
+    assert b"boot-up" in remote.backlog(agent["session"])
 
 
 ECHO_PORT = 7777
