@@ -137,8 +137,10 @@ class Grid(pyte.Screen):
                 pos += len(run)
             line = self.buffer[cursor.y]
             self._mend_before_write(line, x, x + len(run) - 1)
-            for i, char in enumerate(run, x):
-                line[i] = cells.get(char) or cells.setdefault(char, self._cell(char))
+            for char in set(run).difference(cells):
+                cells[char] = self._cell(char)
+            # One C-level update for the run: this is most of what a flood costs to parse.
+            line.update(zip(range(x, x + len(run)), map(cells.__getitem__, run)))
             cursor.x = x + len(run)
         self.last_char = data[-1]
 
