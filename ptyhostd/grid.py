@@ -269,11 +269,17 @@ class Grid(pyte.Screen):
 
         pyte's IL/DL skipped rows absent from its sparse buffer and so left stale rows.
         """
-        buffer = self.buffer
-        moved = {y: buffer.pop(y) for y in range(top, bottom + 1) if y in buffer}
-        for y, line in moved.items():
-            if top <= y + by <= bottom:
-                buffer[y + by] = line
+        buffer, pop = self.buffer, self.buffer.pop
+        # Each row takes the one ``by`` rows away, walking away from where rows go, so a
+        # source is always read before it is overwritten: one pass, no copy (a flood
+        # scrolls at every line).
+        for y in range(top, bottom + 1) if by < 0 else range(bottom, top - 1, -1):
+            src = y - by
+            line = pop(src, None) if top <= src <= bottom else None
+            if line is None:
+                pop(y, None)
+            else:
+                buffer[y] = line
 
     def _region(self) -> Margins:
         """The scrolling region."""
