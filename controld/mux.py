@@ -168,6 +168,9 @@ class Mux:
             raise protocol.ProtocolError(
                 f"{type(msg).__name__} on a multiplexed connection: only stream frames "
                 f"(5xx) may follow OpenStream", "bad-request")
+        if isinstance(msg, P.StreamAck) and msg.size < 0:
+            raise protocol.ProtocolError(f"stream {msg.stream}: StreamAck acknowledges "
+                                         f"{msg.size} bytes", "bad-ack")
         stream = self.streams.get(msg.stream)
         if stream is None:
             return  # a stream we already ended: frames still in flight are dropped
