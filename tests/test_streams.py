@@ -293,3 +293,45 @@ def test_other_user_cannot_use_files_vcs_or_forward(host, control):
             fwd.wait()
     finally:
         echo.close()
+
+
+def test_clowderctl_file_vcs_and_forward(host, control):
+    """The commands a user types, as the scope's user, against the local daemon."""
+    work = start_agent(host, control)
+    put = host.run([PYTHON, "-m", "ctl", "file", "put", "svc", "notes/todo.txt"],
+                   input=b"write the tests\n", check=False)
+    # No such directory: refused, naming the path; nothing is created.
+    assert put.returncode == 1 and b"No such file or directory" in put.stderr, put.stderr
+    assert b"notes" in put.stderr and not os.path.exists(f"{work}/notes")
+    host.ctl("file", "put", "svc", "todo.txt", input=b"write the tests\n")
+    assert host.ctl("file", "cat", "svc", "todo.txt").stdout == b"write the tests\n"
+    ls = host.ctl("file", "ls", "svc").stdout.decode()
+    assert re.search(r"^file\s+16 .* todo\.txt$", ls, re.M), ls
+    assert re.search(r"^dir .* \.git/$", ls, re.M), ls
+    esc = host.ctl("file", "cat", "svc", "../../etc/passwd", check=False)
+    assert esc.returncode == 1 and b"may not leave the agent's working directory" in \
+        esc.stderr, esc.stderr
+    status = host.ctl("vcs", "status", "svc").stdout.decode()
+    assert status.splitlines()[0] == "## main" and "? todo.txt" in status, status
+    assert "the first commit" in host.ctl("vcs", "log", "svc").stdout.decode()
+    with open(f"{work}/README", "a") as f:
+        f.write("one more line\n")
+    assert b"+one more line" in host.ctl("vcs", "diff", "svc").stdout
+
+    echo = Echo()
+    fwd = subprocess.Popen(host._as([PYTHON, "-m", "ctl", "forward", "--listen", "0",
+                                     str(echo.port)]),
+                           env=host.env, stderr=subprocess.PIPE, cwd="/")
+    try:
+        line = fwd.stderr.readline().decode()
+        m = re.match(r"forwarding 127\.0\.0\.1:(\d+) to port (\d+)", line)
+        assert m and int(m[2]) == echo.port, line
+        for word in (b"one", b"two"):  # each connection is a stream of its own
+            with socket.create_connection(("127.0.0.1", int(m[1])), timeout=15) as s:
+                s.settimeout(15)
+                s.sendall(word)
+                assert s.recv(100) == word
+    finally:
+        fwd.kill()
+        fwd.wait()
+        echo.close()
