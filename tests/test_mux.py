@@ -44,6 +44,11 @@ class _Supervisor:
     def session_of(self, ref: str):
         return None
 
+    async def up(self, name):
+        raise KeyError(name)
+
+    down = restart = up
+
 
 class _Daemon:
     """ControlServer on a unix socket in a thread of its own; records handler crashes."""
@@ -248,6 +253,51 @@ def test_forward_throughput_and_order(daemon):
         assert bytes(got) == payload
         s.close()
     srv.close()
+
+
+_VALUES = {int: st.integers(-(1 << 40), 1 << 40), str: st.text(max_size=12),
+           bool: st.booleans(), bytes: st.binary(max_size=32),
+           list: st.lists(st.text(max_size=5) | st.integers(), max_size=3),
+           dict: st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3)}
+
+
+def _message(cls):
+    fields = {name: (st.none() | _VALUES[typ]) if optional else _VALUES[typ]
+              for name, typ, optional, _ in P._fields(cls)}
+    return st.builds(cls, **fields)
+
+
+any_message = st.sampled_from(sorted(P._REGISTRY.values(), key=lambda c: c.KIND)
+                              ).flatmap(_message)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(msgs=st.lists(any_message, min_size=1, max_size=6), in_stream=st.booleans())
+def test_any_request_of_any_kind_gets_an_answer_or_a_close(daemon, msgs, in_stream):
+    """The control request parser: every message kind, fields of the right types and
+    hostile values, on a plain connection or inside a stream."""
+    s = _connect(daemon.path)
+    try:
+        wire = b""
+        for msg in msgs:
+            try:
+                wire += P.encode(msg)
+            except P.ProtocolError:
+                pass
+        if in_stream:
+            wire = P.encode(P.OpenStream(stream=1, service="status")) + b"".join(
+                P.encode(P.StreamData(stream=1, data=wire[i:i + P.STREAM_CHUNK]))
+                for i in range(0, len(wire), P.STREAM_CHUNK))
+        try:
+            s.sendall(wire)
+            s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        _drain(s, 20, quiet=None)
+    finally:
+        s.close()
+    assert not daemon.crashes, daemon.crashes
 
 
 logging.getLogger("clowder-control").setLevel(logging.CRITICAL)
