@@ -144,8 +144,21 @@ def check_every_service(mux: Mux, append_readme, port: int, tag: str) -> None:
     sess.expect(PROMPT, "the agent's prompt, repainted on attach")
     sess.echo(tag)
 
+    watch = mux.request_client("file")
+    watch.request(P.FileWatch(agent="svc"), P.Ok)
     files = mux.request_client("file")
     files.request(P.FileWrite(agent="svc", path=f"{tag}.txt", data=tag.encode() * 3), P.Ok)
+    watch.sock.settimeout(15)
+    events: list = []
+    while not any(e["path"] == f"{tag}.txt" for e in events):
+        ev = watch.recv()  # a ClientError on timeout: the write was never reported
+        assert isinstance(ev, P.FileEvents), ev
+        events += ev.events
+    watch.send(P.FileUnwatch())
+    while isinstance(reply := watch.recv(), P.FileEvents):
+        pass  # a batch already on its way
+    assert isinstance(reply, P.Ok), reply
+    watch.close()
     names = {e["name"] for e in files.request(P.FileList(agent="svc"), P.FileListing).entries}
     assert {"README", f"{tag}.txt", ".git"} <= names, names
     got = files.request(P.FileRead(agent="svc", path=f"{tag}.txt"), P.FileData)
