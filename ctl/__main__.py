@@ -11,12 +11,9 @@ from .transport import Remote
 
 # What `--host` runs where: control commands through a relay to clowder-control, session
 # commands through a relay to the PTY host (which then checks the ssh user's own uid).
-# Commands that read local files or the local journal are refused rather than run
-# against the local machine by mistake.
-LOCAL_COMMANDS = {"logs": "run `ssh HOST clowderctl logs ...`",
-                  "config": "run `ssh HOST clowderctl config check ...`",
-                  "install-units": "run it on that host",
-                  "relay": "it is what --host runs on the other side"}
+# Commands that read that machine's files or journal have no daemon to relay to: they
+# run there whole, `ssh HOST clowderctl ...`.
+RUN_THERE = ("logs", "config", "install-units")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the command on HOST, through `ssh HOST clowderctl relay` "
                    "($CLOWDER_SSH: the ssh command and its options, default ssh; "
                    "$CLOWDER_REMOTE_RELAY: the command run there, default `clowderctl "
-                   "relay`); every command but " + ", ".join(LOCAL_COMMANDS))
+                   "relay`; $CLOWDER_REMOTE_CTL: how to run clowderctl there); "
+                   "logs, config and install-units run there whole")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(sub)
@@ -44,9 +42,8 @@ def through_host(parser: argparse.ArgumentParser, args) -> None:
     Every command connects with Client(args.socket) or Client(args.control_socket), and
     a Client given a Remote runs ssh: so do attach's reconnects, which build a new Client.
     """
-    if args.command in LOCAL_COMMANDS:
-        parser.error(f"--host: {args.command} works on local files or the local journal; "
-                     f"{LOCAL_COMMANDS[args.command]}")
+    if args.command == "relay":
+        parser.error("--host: relay is what --host runs on the other side")
     try:
         args.socket = Remote(args.host, args.socket, target="host")
         args.control_socket = Remote(args.host, args.control_socket, target="control")
@@ -54,13 +51,33 @@ def through_host(parser: argparse.ArgumentParser, args) -> None:
         parser.error(f"--host: {exc}")
 
 
+def without_host(argv: list[str]) -> list[str]:
+    """The command line minus ``--host X`` (or ``--host=X``), to run on that host."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--host":
+            skip = True
+        elif not arg.startswith("--host="):
+            out.append(arg)
+    return out
+
+
 def main(argv=None) -> None:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.host:
         through_host(parser, args)
     try:
-        code = args.run(args)
+        if args.host and args.command in RUN_THERE:
+            try:
+                code = args.socket.run(without_host(argv))
+            except ConnectionError as exc:
+                raise ClientError(str(exc)) from None
+        else:
+            code = args.run(args)
     except RequestFailed as exc:
         print(f"clowderctl {args.command}: {exc}", file=sys.stderr)
         code = 1

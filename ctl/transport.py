@@ -1,8 +1,9 @@
 """How clowderctl reaches a clowder that runs on another machine: ssh and the relay.
 
-``Remote`` names a host. Opening it runs ``$CLOWDER_SSH -T -- HOST $CLOWDER_REMOTE_RELAY``
-(by default ``ssh -T -- HOST clowderctl relay``) with one end of a socketpair as ssh's
-stdin and stdout, and returns an ``SshTransport`` holding the other end. On the remote,
+``Remote`` names a host. Opening it runs ``$CLOWDER_SSH -T -- HOST $CLOWDER_REMOTE_CTL
+relay`` (by default ``ssh -T -- HOST clowderctl relay``; ``$CLOWDER_REMOTE_RELAY``
+replaces the whole remote command) with one end of a socketpair as ssh's stdin and
+stdout, and returns an ``SshTransport`` holding the other end. On the remote,
 ``clowderctl relay`` copies bytes between that stream and clowder-control's unix socket,
 so the frames a Client sends arrive at the one supervised control daemon unchanged.
 
@@ -23,7 +24,7 @@ import subprocess
 from dataclasses import dataclass
 
 DEFAULT_SSH = "ssh"
-DEFAULT_RELAY = "clowderctl relay"
+DEFAULT_CTL = "clowderctl"
 # Appended after $CLOWDER_SSH, so values given there win (ssh takes the first value of a
 # repeated -o).  Keep-alives make a silently dead network (a laptop that slept) end the
 # connection within a minute, so attach notices and reconnects instead of hanging.
@@ -60,16 +61,37 @@ class Remote:
         daemon = "the PTY host" if self.target == "host" else "clowder-control"
         return f"{daemon} on {self.host}"
 
+    @staticmethod
+    def remote_ctl() -> str:
+        """How to run clowderctl there ($CLOWDER_REMOTE_CTL, default clowderctl)."""
+        return os.environ.get("CLOWDER_REMOTE_CTL") or DEFAULT_CTL
+
+    def ssh(self, remote_command: str) -> list[str]:
+        """$CLOWDER_SSH, our defaults, HOST and a command for the remote shell."""
+        ssh = shlex.split(os.environ.get("CLOWDER_SSH") or DEFAULT_SSH)
+        # -T: no remote pty; the stream must stay 8-bit clean, no line discipline.
+        return [*ssh, "-T", *SSH_DEFAULTS, "--", self.host, remote_command]
+
     def command(self) -> list[str]:
         """The ssh command line: $CLOWDER_SSH, our defaults, HOST, the remote relay."""
-        ssh = shlex.split(os.environ.get("CLOWDER_SSH") or DEFAULT_SSH)
-        relay = os.environ.get("CLOWDER_REMOTE_RELAY") or DEFAULT_RELAY
+        relay = os.environ.get("CLOWDER_REMOTE_RELAY") or f"{self.remote_ctl()} relay"
         if self.target == "host":
             relay += " --to host"
         if self.socket:
             relay += " --socket " + shlex.quote(self.socket)
-        # -T: no remote pty; the relay's stream must stay 8-bit clean, no line discipline.
-        return [*ssh, "-T", *SSH_DEFAULTS, "--", self.host, relay]
+        return self.ssh(relay)
+
+    def run(self, ctl_args: list[str]) -> int:
+        """Run ``clowderctl CTL_ARGS`` there, with our stdio; its exit status.
+
+        For the commands that read that machine's own files or journal (logs, config
+        check, install-units): they have no daemon to relay to."""
+        argv = self.ssh(" ".join([self.remote_ctl(), *map(shlex.quote, ctl_args)]))
+        try:
+            return subprocess.call(argv)
+        except OSError as exc:
+            raise ConnectionError(f"cannot run {argv[0]}: {exc.strerror} "
+                                  f"(set $CLOWDER_SSH to the ssh command)") from None
 
     def open(self) -> "SshTransport":
         return SshTransport(self)

@@ -63,7 +63,7 @@ class Remote:
         self.target = box.target
         self.env = {**os.environ, **box.env(),
                     # The project is installed in a venv, not on the box's PATH.
-                    "CLOWDER_REMOTE_RELAY": f"{PYTHON} -m ctl relay"}
+                    "CLOWDER_REMOTE_CTL": f"{PYTHON} -m ctl"}
 
     def ctl(self, *args, check=True, timeout=60) -> subprocess.CompletedProcess:
         """clowderctl --host BOX ARGS..., run here."""
@@ -207,10 +207,14 @@ def test_control_commands_through_host(remote):
     assert remote.ctl("backlog", sid).stdout.replace(b"\r", b"") == \
         f"{WORKDIR}\nspawned-42\n".encode()
     remote.ctl("rm", sid)
-    # Commands about local files or the local journal are refused, not run here.
-    logs = remote.ctl("logs", "web", check=False)
-    assert logs.returncode == 2 and b"--host: logs works on local files" in logs.stderr, \
-        logs.stderr
+    # Commands that read that machine's journal or files run there, whole.
+    logs = remote.ctl("logs", "web").stdout.decode()
+    assert re.search(r"agent web: .*restart", logs), logs
+    check = remote.ctl("config", "check")
+    assert CONFIG.encode() in check.stdout + check.stderr, check
+    remote.box.put(CONFIG, b"agents:\n  - name: 7\n")
+    bad = remote.ctl("config", "check", check=False)
+    assert bad.returncode == 1 and f"{CONFIG}:2".encode() in bad.stderr, bad
 
 
 def test_host_with_nothing_listening_there_fails_clearly(remote):
@@ -340,7 +344,7 @@ def test_every_service_through_ssh_before_and_after_a_drop(remote, monkeypatch):
     from ctl.mux import Mux
     from ctl.transport import Remote as Target
     from test_streams import check_every_service
-    for key in ("CLOWDER_SSH", "CLOWDER_REMOTE_RELAY"):
+    for key in ("CLOWDER_SSH", "CLOWDER_REMOTE_CTL"):
         monkeypatch.setenv(key, remote.env[key])
     box = remote.box
     git = ["git", "-C", WORKDIR, "-c", "user.name=t", "-c", "user.email=t@example.org"]

@@ -252,7 +252,7 @@ class SshHost:
     # --- use ------------------------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
-        """What clowderctl --host needs to reach the box (beside $CLOWDER_REMOTE_RELAY)."""
+        """What clowderctl --host needs to reach the box (beside $CLOWDER_REMOTE_CTL)."""
         return {"CLOWDER_SSH": shlex.join(self.ssh_command), "CLOWDER_SSH_TARGET": self.target}
 
     def exec(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
