@@ -94,6 +94,9 @@ class FileService:
                     await watch.close()
                 raise
             if watch is not None:
+                if self._closed:  # closed while the Ok was being sent
+                    await watch.close()
+                    return
                 self._watch = watch
                 watch.run()
 
@@ -154,7 +157,10 @@ def _list(top: str, rel: str, msg: protocol.FileList) -> protocol.FileListing:
         try:
             with os.scandir(fd) as it:
                 for entry in it:
-                    st = entry.stat(follow_symlinks=False)
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # removed since it was read from the directory
                     item = {"name": entry.name, "type": _type_of(st.st_mode),
                             "size": st.st_size, "mtime": st.st_mtime}
                     used += len(json.dumps(item, separators=(",", ":"))) + 1

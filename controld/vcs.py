@@ -10,7 +10,8 @@ run) are read from the configuration and emptied through GIT_CONFIG_KEY_n.  The 
 rebuilt from nothing (no GIT_* of the daemon), with GIT_CONFIG_NOSYSTEM=1.  When the
 daemon runs as root, git runs as the owner of the worktree, so whatever git does is done
 with that user's rights.  Each run is killed after TIMEOUT seconds, its output is bounded,
-and status and diff are limited to the agent's directory (``-- .``).
+and status and diff are limited to the agent's directory (``-- .``), their paths
+relative to it, like the file service's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ TIMEOUT = 10.0  # seconds one git command may take
 MAX_OUTPUT = 8 << 20  # bytes of status or log output read before the rest is cut
 MAX_ENTRIES = 10_000
 MAX_LOG = 1000
+MAX_PATH = 64 * 1024
 _ENTRY_BYTES = protocol.MAX_DATA - 64 * 1024  # the entries' JSON in one report
 _GIT = ("git", "--no-pager", "--no-optional-locks", "-c", "core.fsmonitor=false",
         "-c", "core.hooksPath=/dev/null", "-c", "log.showSignature=false",
@@ -77,14 +79,17 @@ class VcsService:
         git = _Git(root, self._procs)
         await git.prepare()
         if isinstance(msg, protocol.VcsStatus):
+            # Status names paths from the top of the repository; the agent's directory
+            # may be below it, and the client's paths are relative to that directory.
+            top, _ = await git.run(["rev-parse", "--show-prefix"], MAX_PATH)
             out, _ = await git.run(["status", "--porcelain=v2", "--branch", "-z",
                                     "--ignore-submodules=dirty", "--", "."], MAX_OUTPUT)
-            info, entries = parse_status(out)
+            info, entries = parse_status(out, os.fsdecode(top.rstrip(b"\n")))
             entries, cut = _bounded(entries)
             return protocol.VcsReport(kind="status", info=info, entries=entries,
                                       truncated=cut)
         if isinstance(msg, protocol.VcsDiff):
-            argv = ["diff", "--no-ext-diff", "--no-textconv", "--no-color",
+            argv = ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--relative",
                     "--ignore-submodules=dirty"]
             if msg.staged:
                 argv.append("--cached")
@@ -223,8 +228,9 @@ def _kill(proc) -> None:
             pass
 
 
-def parse_status(out: bytes) -> tuple[dict, list]:
-    """info and entries from ``git status --porcelain=v2 --branch -z``."""
+def parse_status(out: bytes, prefix: str = "") -> tuple[dict, list]:
+    """info and entries from ``git status --porcelain=v2 --branch -z``, the paths made
+    relative to ``prefix`` (the agent's directory below the top of the repository)."""
     info = {"branch": None, "upstream": None, "ahead": 0, "behind": 0, "oid": None}
     entries = []
     records = out.decode("utf-8", "surrogateescape").split("\0")
@@ -247,14 +253,23 @@ def parse_status(out: bytes) -> tuple[dict, list]:
             fields = rec.split(" ", {"1": 8, "2": 9, "u": 10}[rec[0]])
             if len(fields) < 3:
                 continue
-            entry = {"path": fields[-1], "index": fields[1][0], "worktree": fields[1][1:2]}
+            entry = {"path": _below(fields[-1], prefix), "index": fields[1][0],
+                     "worktree": fields[1][1:2]}
             if rec[0] == "2" and i < len(records):
-                entry["orig"] = records[i]  # -z: a rename's source is the next record
+                # -z: a rename's source is the next record (it may come from elsewhere)
+                entry["orig"] = _below(records[i], prefix)
                 i += 1
             entries.append(entry)
         elif rec[:2] in ("? ", "! "):
-            entries.append({"path": rec[2:], "index": rec[0], "worktree": rec[0]})
+            entries.append({"path": _below(rec[2:], prefix), "index": rec[0],
+                            "worktree": rec[0]})
     return info, entries
+
+
+def _below(path: str, prefix: str) -> str:
+    if path.startswith(prefix):
+        return path[len(prefix):]
+    return os.path.relpath(path, prefix)
 
 
 def _count(text: str) -> int:

@@ -106,6 +106,8 @@ class Watch:
         loop.add_reader(self._fd, self._on_readable)
         self._reading = True
         self._task = loop.create_task(self._pump())
+        if self._overflow:  # the first walk hit MAX_WATCHES
+            self._wake.set()
 
     async def close(self) -> None:
         """Stop watching and close the inotify fd (which drops every watch); idempotent."""
@@ -140,8 +142,7 @@ class Watch:
             if len(self._dirs) >= MAX_WATCHES:
                 if not self._limit_reported:
                     self._limit_reported = True
-                    self._overflow = True
-                    self._wake.set()
+                    self._overflow = True  # sent with the next batch
                 return
             try:
                 dfd = self._root.open(rel, os.O_RDONLY | os.O_DIRECTORY)
@@ -191,11 +192,12 @@ class Watch:
             raw = buf[pos + _EVENT.size:pos + _EVENT.size + length].rstrip(b"\0")
             pos += _EVENT.size + length
             self._on_event(wd, mask, os.fsdecode(raw))
+        if self._overflow:
+            self._wake.set()
 
     def _on_event(self, wd: int, mask: int, name: str) -> None:
         if mask & IN_Q_OVERFLOW:
             self._overflow = True
-            self._wake.set()
             return
         if mask & IN_IGNORED:
             self._dirs.pop(wd, None)
@@ -228,7 +230,6 @@ class Watch:
             if (len(self._pending) >= MAX_BATCH_EVENTS
                     or self._pending_bytes + cost > MAX_BATCH_BYTES):
                 self._overflow = True  # the client must list again anyway
-                self._wake.set()
                 return
             self._pending_bytes += cost
             self._pending[path] = kind

@@ -325,8 +325,9 @@ def test_status_paths_stay_inside_a_subdirectory_root(repo):
         return (await ask(svc, stream, P.VcsStatus(agent="api")),
                 await ask(svc, stream, P.VcsDiff(agent="api")))
     status, diff = run(main())
-    assert [e["path"] for e in status.entries] == ["dir/c.txt"]
+    assert [e["path"] for e in status.entries] == ["c.txt"]  # as the file service names it
     assert b"a.txt" not in diff.data and b"+c2" in diff.data
+    assert b"--- a/c.txt" in diff.data
 
 
 def test_parse_status_handles_odd_records():
