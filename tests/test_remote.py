@@ -279,6 +279,30 @@ def test_attach_survives_killed_ssh_and_a_network_outage(remote):
         a.close()
 
 
+def test_attach_to_a_session_through_host(remote):
+    """`--host BOX attach SID` (no agent): through `relay --to host`, typed input reaches
+    the session, and a killed ssh is reconnected and repainted."""
+    from test_attach import DETACH, Attach
+    sid = remote.ctl("spawn", "--cwd", WORKDIR, "--", "sh", "-c",
+                     "echo plain-up; PS1='plain$ ' exec sh -i").stdout.decode().strip()
+    a = Attach(_ViaSsh(remote), sid)
+    try:
+        a.wait_raw()
+        a.expect(b"plain-up", what="the session's screen, through ssh")
+        a.type(b"echo typed-$((6*7))\r")
+        a.expect(b"typed-42", what="typed input run by the session's shell")
+        os.kill(_ssh_child(a.client_pid()), signal.SIGKILL)
+        a.expect(b"\x1bc", timeout=60, what="attach to reconnect through a new ssh")
+        a.expect(b"typed-42", what="the repaint after the reconnect")
+        a.type(DETACH)
+        assert a.finish() == 0
+    finally:
+        a.close()
+    remote.ctl("kill", "--signal", "HUP", sid)  # an interactive sh ignores TERM
+    assert remote.ctl("wait", sid, check=False).returncode != 0
+    remote.ctl("rm", sid)
+
+
 def test_remote_daemons_killed_are_restarted_and_keep_sessions(remote):
     """Acceptance 4: kill -9 of the remote control daemon, then of the remote host, then
     of both: systemd restarts them, and the agents' sessions and processes are the same."""
