@@ -5,7 +5,7 @@
 VENV    ?= /opt/clowder-dev/venv
 STAGE   ?= /opt/clowder-dev/src
 PYTHON  := $(VENV)/bin/python
-APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps
+APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git
 PYTEST_ARGS ?= -q
 
 .PHONY: deps venv stage test test-unit test-faults demo units clean
