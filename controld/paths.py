@@ -16,7 +16,7 @@ import ctypes
 import errno
 import os
 
-MAX_PATH = 4096  # bytes, like the kernel's PATH_MAX: also keeps every reply that echoes a path small
+MAX_PATH = 4096  # bytes, the kernel's PATH_MAX; also keeps a reply that echoes a path small
 
 # openat2(2): the syscall number is the same on x86_64 and aarch64 (the unified table).
 _SYS_OPENAT2 = 437

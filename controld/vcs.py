@@ -182,7 +182,7 @@ class _Git:
         self._procs.add(proc)
         try:
             (out, cut), (err, _) = await asyncio.wait_for(asyncio.gather(
-                _drain(proc, proc.stdout, limit), _drain(proc, proc.stderr, 64 * 1024)),
+                _drain(proc, proc.stdout, limit), _drain(None, proc.stderr, 64 * 1024)),
                 TIMEOUT)
             await asyncio.wait_for(proc.wait(), TIMEOUT)
         except asyncio.TimeoutError:
@@ -207,16 +207,22 @@ class _Git:
 
 
 async def _drain(proc, stream, limit: int) -> tuple[bytearray, bool]:
-    """Read ``stream`` to its end, keeping ``limit`` bytes; past that git is killed."""
+    """Read ``stream`` to its end, keeping ``limit`` bytes; past that git (``proc``) is
+    killed, or, without one (stderr), the rest is read and thrown away."""
     buf = bytearray()
+    cut = False
     while True:
         chunk = await stream.read(64 * 1024)
         if not chunk:
-            return buf, False
-        buf += chunk
+            return buf, cut
+        if not cut:
+            buf += chunk
         if len(buf) > limit:
-            _kill(proc)  # more would be thrown away: no need to let git make it
-            return buf[:limit], True
+            del buf[limit:]
+            cut = True
+            if proc is not None:
+                _kill(proc)  # more would be thrown away: no need to let git make it
+                return buf, cut
 
 
 def _kill(proc) -> None:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controld import files, paths, watch
+from controld import files, watch
 from controld.files import FileService
 from ptyhostd import protocol as P
 
