@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controld import files, watch
+from controld import files, paths, watch
 from controld.files import FileService
 from ptyhostd import protocol as P
 
@@ -195,6 +195,28 @@ def test_escapes_are_refused_by_every_request(tree, path):
     for msg in run(main()):
         assert SECRET not in P.encode(msg)
     assert snapshot(outside) == before
+
+
+def test_without_openat2_the_realpath_fallback_still_refuses_escapes(tree, monkeypatch):
+    """Kernels before 5.6 answer openat2 with ENOSYS; the fallback checks the resolved
+    path instead (racy, but every static escape is still refused)."""
+    root, _ = tree
+    monkeypatch.setattr(paths, "_have_openat2", False)
+
+    async def main():
+        svc, stream = service(root)
+        for path in ("link_out", "dirlink_out/" + SECRET_NAME, "rel_out/" + SECRET_NAME,
+                     "chain1"):
+            answer = await ask(svc, stream, P.FileRead(agent="api", path=path))
+            assert answer.code == "path", (path, answer)
+        assert (await ask(svc, stream, P.FileRead(agent="api", path="inside_link"))).data \
+            == b"hello\n"
+        assert isinstance(await ask(svc, stream, P.FileWrite(
+            agent="api", path="sub/deep/f.txt", data=b"w")), P.Ok)
+        refused = await ask(svc, stream, P.FileWrite(agent="api", path="gitlink/config",
+                                                     data=b"w"))
+        assert refused.code == "path"
+    run(main())
 
 
 def test_a_directory_swapped_for_a_symlink_is_refused(tree):
