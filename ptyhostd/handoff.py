@@ -125,7 +125,11 @@ def check_main() -> int:
                 Ring.inspect(group[0], name[2:])
         if not isinstance(sessions, list):
             raise ManifestError("sessions is not a list")
-    except (ManifestError, RingError, ValueError, OSError) as exc:
+        # The host imports the terminal model only when a screen is first needed, but the
+        # screens carried across the hand-off need it: code that cannot run it is refused.
+        from .screen import Screen
+        Screen(80, 24).feed(b"\x1b[1mcheck\x1b[0m")
+    except (ManifestError, RingError, ValueError, OSError, ImportError) as exc:
         print(f"hand-off check failed: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({"version": __version__, "handoff": HANDOFF_VERSION,

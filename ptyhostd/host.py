@@ -20,8 +20,8 @@ from . import fdstore, handoff, protocol, pty
 from .fd import Fd
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
+from .pidwatch import PidWatch
 from .ring import Ring, RingError
-from .screen import Screen
 from .session import UNIT_PREFIX, Session
 
 log = logging.getLogger("ptyhostd")
@@ -51,6 +51,7 @@ class Host:
         self.manifest = manifest
         self.sessions: dict[str, Session] = {}
         self.loop = asyncio.get_running_loop()
+        self.pidwatch = PidWatch(self.loop)
         self.uid = os.getuid()
         self._tasks: set[asyncio.Task] = set()
         self._handing_off = False
@@ -80,6 +81,7 @@ class Host:
             s = self.sessions.get(sid)
             if s is None or s.state != "running" or sc["pos"] < s.ring.tail:
                 continue
+            from .screen import Screen  # pyte: imported when first needed, not at start
             s.screen = Screen(sc["cols"], sc["rows"])
             s.screen.feed(sc["vt"])
             s.screen_pos = sc["pos"]
@@ -108,7 +110,7 @@ class Host:
     @classmethod
     async def start(cls, config: Config, stored: dict[str, list[int]]) -> "Host":
         """A host that has adopted every session parked by its predecessor."""
-        manager = await Manager.connect(config.user_manager)
+        manager = Manager(config.user_manager)  # connects meanwhile; calls wait for it
         raw_manifest = {name: fds[0] for name, fds in stored.items() if name in SLOTS}
         records: list[dict] = []
         if raw_manifest:
@@ -140,20 +142,25 @@ class Host:
             # manifest): adopt it with what the fd names and systemd can tell.
             by_id[sid] = {"id": sid, "name": sid, "argv": [], "cwd": None, "uid": 0,
                           "cols": 80, "rows": 24, "created": time.time(), "state": "running"}
-        # One call for every unit's state: adoption must not cost a round trip per
-        # session (at 1,000 sessions that would be seconds of blackout).
-        try:
-            units = {n: (a, sub) for n, a, sub in
-                     await self.manager.list_units(UNIT_PREFIX + "*.service")}
-        except ManagerError as exc:
-            log.error("cannot list session units: %s", exc)
-            units = None
+        # Sessions whose recorded program still runs in its unit are served again with
+        # no call to systemd (at 1,000 sessions a round trip each would be seconds of
+        # blackout, and even one ListUnits call and its parsing are ~10% of a restart):
+        # only the others wait for the service manager.
+        asking = []
         for sid, rec in by_id.items():
             try:
-                await self._adopt_one(rec, masters.pop(sid, []), rings.pop(sid, []), units)
+                s = self._adopt_one(rec, masters.pop(sid, []), rings.pop(sid, []))
+                if s is not None:
+                    asking.append(s)
             except Exception as exc:  # one bad record must not stop the others
                 log.exception("session %s: could not be adopted: %s", sid, exc,
                               extra={"CLOWDER_SESSION": sid, "CLOWDER_CAUSE": "adopt-failed"})
+        for s in asking:
+            try:
+                await self._adopt_asking(s)
+            except Exception as exc:
+                log.exception("session %s: could not be adopted: %s", s.id, exc,
+                              extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "adopt-failed"})
         for kind, leftovers in (("m", masters), ("r", rings)):
             for sid, fds in leftovers.items():
                 log.warning("closing parked %s.%s that no session claims", kind, sid,
@@ -161,15 +168,19 @@ class Host:
                 for fd in fds:
                     os.close(fd)
                 fdstore.unpark(f"{kind}.{sid}")
-        await self._stop_orphan_units(units or {})
         self._enforce_exited_cap()
         self.save()
+        # Units that no session claims only need stopping; that can follow the start.
+        self._spawn_task(self._stop_orphan_units())
+        self._spawn_task(self._verify_adopted())
         live = sum(1 for s in self.sessions.values() if s.state == "running")
         log.info("adopted %d sessions (%d running)", len(self.sessions), live,
                  extra={"CLOWDER_CAUSE": "start"})
 
-    async def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int],
-                         units: Optional[dict]) -> None:
+    def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int]
+                   ) -> Optional[Session]:
+        """Take the parked fds of one session back; the session if systemd must be asked
+        how it is (its program is not found running in its unit), else None."""
         sid = rec["id"]
         for extra in master_fds[1:] + ring_fds[1:]:
             os.close(extra)
@@ -198,16 +209,20 @@ class Host:
         if s.state in ("exited", "lost"):
             if master is not None:  # a crash came between recording the end and closing
                 self._release_master(s)
-            if units is None or s.unit in units:
-                await self.manager.stop(s.unit)
-            return
-        if master is not None and units is not None and s.pid \
-                and units.get(s.unit) == ("active", "running") and _in_unit(s.pid, s.unit):
-            # The fast path: the recorded main PID is alive in the session's own unit.
-            self._resume(s, s.pid)
-            return
+            return None  # its unit, if still loaded, is stopped with the orphans
+        if master is not None and s.pid and s.watch_pid(self.pidwatch, s.pid,
+                                                         lambda: self._on_pid_exit(s)):
+            # The fast path: the recorded main PID is alive. That it is still the
+            # session's program (a reused pid would be in another cgroup) is checked
+            # right after the host starts serving (_verify_adopted).
+            self._resume(s)
+            return None
+        return s
+
+    async def _adopt_asking(self, s: Session) -> None:
+        """The slow path of adoption: ask systemd how the session's unit is."""
         state = await self.manager.unit_state(s.unit)
-        if master is None:
+        if s.master is None:
             await self._end(s, None, "its pty master was not in the FD store")
             return
         if state.finished:
@@ -215,26 +230,60 @@ class Host:
         elif not state.loaded or state.active in ("inactive", "failed") or not state.main_pid:
             await self._end(s, state if state.loaded else None,
                             f"its unit is gone ({state.active}/{state.sub})")
+        elif s.watch_pid(self.pidwatch, state.main_pid, lambda: self._on_pid_exit(s)):
+            self._resume(s)
         else:
-            self._resume(s, state.main_pid)
+            self._resume(s)
+            self._on_pid_exit(s)  # gone since systemd answered: find out how it ended
 
-    def _resume(self, s: Session, pid: int) -> None:
-        """Serve an adopted session whose program (``pid``) still runs."""
+    def _resume(self, s: Session) -> None:
+        """Serve an adopted session whose program still runs (its pid is watched)."""
         s.start_reading(self.loop)
-        if not s.watch_pid(self.loop, pid, lambda: self._on_pid_exit(s)):
-            self._on_pid_exit(s)
         if s.state != "running":
             s.set_state("running", "adopted after a host restart")
 
-    async def _stop_orphan_units(self, units: dict) -> None:
-        """Stop session units that no session claims: their terminal is gone."""
-        known = {s.unit for s in self.sessions.values()}
-        for name, (active, sub) in units.items():
-            if name not in known:
+    async def _verify_adopted(self) -> None:
+        """Check that each session adopted on the fast path watches its own program.
+
+        Reading every /proc/PID/cgroup costs ~15 ms at 1,000 sessions, so it comes after
+        the host is serving; a pid found outside its unit (the program ended while the
+        host was down and its number was reused) is asked of systemd instead."""
+        for i, s in enumerate(list(self.sessions.values())):
+            if i % 100 == 99:
+                await asyncio.sleep(0)  # let clients in between
+            if s.state != "running" or s.pidfd is None or _in_unit(s.pid, s.unit):
+                continue
+            log.warning("session %s: pid %d is no longer in %s; asking systemd", s.id,
+                        s.pid, s.unit, extra={"CLOWDER_SESSION": s.id,
+                                              "CLOWDER_CAUSE": "pid-reused"})
+            s.unwatch_pid()
+            s.pidfd.close()
+            s.pidfd = None
+            await self._adopt_asking(s)
+
+    async def _stop_orphan_units(self) -> None:
+        """Stop session units that no running session claims: their terminal is gone,
+        or their session had already ended when a crash came before its unit stopped."""
+        try:
+            units = await self.manager.list_units(UNIT_PREFIX + "*.service")
+        except ManagerError as exc:
+            log.error("cannot list session units: %s", exc)
+            return
+        # A session is in the table before its unit exists (spawn adds it first), so a
+        # unit listed here that is starting or running has its session in the table.
+        ended = {s.unit for s in self.sessions.values() if s.state in ("exited", "lost")}
+        live = {s.unit for s in self.sessions.values()} - ended
+        for name, active, sub in units:
+            if name in live:
+                continue
+            if name not in ended:
                 log.warning("stopping orphaned unit %s (%s/%s): no parked terminal", name,
                             active, sub, extra={"CLOWDER_UNIT": name,
                                                 "CLOWDER_CAUSE": "orphan-unit"})
+            try:
                 await self.manager.stop(name)
+            except ManagerError as exc:
+                log.error("stopping %s: %s", name, exc, extra={"CLOWDER_UNIT": name})
 
     # --- spawn --------------------------------------------------------------------------
 
@@ -294,7 +343,7 @@ class Host:
                                f"{reason or f'systemd start job {result} ({state.result})'}",
                                "spawn")
         s.set_state("running", f"started by uid {client_uid}")
-        if not state.main_pid or not s.watch_pid(self.loop, state.main_pid,
+        if not state.main_pid or not s.watch_pid(self.pidwatch, state.main_pid,
                                                  lambda: self._on_pid_exit(s)):
             self._on_pid_exit(s)
         self.save()
@@ -314,7 +363,7 @@ class Host:
         """Undo a spawn that did not start: nothing of it stays parked or loaded."""
         s.set_state("failed", cause)
         self.sessions.pop(s.id, None)
-        s.close_fds(self.loop, keep_ring=False)
+        s.close_fds(keep_ring=False)
         fdstore.unpark(f"m.{s.id}")
         fdstore.unpark(f"r.{s.id}")
         self.save()
@@ -326,8 +375,7 @@ class Host:
     # --- the end of a session -----------------------------------------------------------
 
     def _on_pid_exit(self, s: Session) -> None:
-        if s.pidfd is not None:
-            self.loop.remove_reader(s.pidfd.fd)
+        s.unwatch_pid()
         self._spawn_task(self._finish(s))
 
     async def _finish(self, s: Session) -> None:
@@ -364,7 +412,7 @@ class Host:
 
     def _release_master(self, s: Session) -> None:
         """Close the pty master (the slave side gets a hang-up) and unpark it."""
-        s.close_fds(self.loop, keep_ring=True)
+        s.close_fds(keep_ring=True)
         fdstore.unpark(f"m.{s.id}")
 
     def _enforce_exited_cap(self) -> bool:
@@ -381,7 +429,7 @@ class Host:
         """Drop an ended session and its backlog."""
         s.set_state("removed", cause)
         self.sessions.pop(s.id, None)
-        s.close_fds(self.loop, keep_ring=False)
+        s.close_fds(keep_ring=False)
         fdstore.unpark(f"r.{s.id}")
 
     # --- requests on running sessions ---------------------------------------------------
@@ -469,8 +517,7 @@ class Host:
         log.info("stopping: ending every session", extra={"CLOWDER_CAUSE": "stop"})
         running = [s for s in self.sessions.values() if s.state == "running"]
         for s in running:
-            if s.pidfd is not None:
-                self.loop.remove_reader(s.pidfd.fd)
+            s.unwatch_pid()
         await asyncio.gather(*(self._stop_session(s) for s in running))
         for s in list(self.sessions.values()):
             self.forget(s, "the host was stopped")
@@ -517,11 +564,19 @@ def _printable(text: str) -> str:
 
 def _in_unit(pid: int, unit: str) -> bool:
     """Whether process ``pid`` runs in ``unit``'s cgroup (a reused pid would not)."""
+    # Raw os calls: this runs once per session at every start, before serving.
     try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            return any(line.rstrip("\n").endswith("/" + unit) for line in f)
+        fd = os.open(f"/proc/{pid}/cgroup", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    suffix = ("/" + unit).encode()
+    return any(line.endswith(suffix) for line in data.split(b"\n"))
 
 
 def _uid_of(user: str) -> int:

@@ -74,23 +74,48 @@ def private_socket_path(user: bool) -> str:
 
 
 class Manager:
-    """One connection to the service manager."""
+    """One connection to the service manager, opened in the background.
 
-    def __init__(self, router: DBusRouter, conn: DBusConnection):
-        self._router = router
-        self._conn = conn
+    The host must not wait for D-Bus before it serves: adopting running sessions needs
+    no call to systemd, and authenticating plus the first round trip are a noticeable
+    part of a restart's blackout.  So the connection is opened by a task started here,
+    and every call waits for it; a failed attempt is logged and retried by the next call.
+    """
+
+    def __init__(self, user: bool):
+        self.path = private_socket_path(user)
+        self._router: DBusRouter | None = None
+        self._conn: DBusConnection | None = None
         self._jobs: dict[str, asyncio.Future] = {}
         self._done_jobs: dict[str, str] = {}
         self._signals: asyncio.Queue = asyncio.Queue()
-        self._filter = router.filter(
-            MatchRule(type="signal", interface=_SYSTEMD + ".Manager", member="JobRemoved"),
-            queue=self._signals)
-        self._task = asyncio.create_task(self._route_jobs())
+        self._filter = None
+        self._task: asyncio.Task | None = None
+        self._connecting = self._start_connecting()
 
     @classmethod
     async def connect(cls, user: bool) -> "Manager":
+        """A manager whose connection is already open (ManagerError if it cannot be)."""
+        self = cls(user)
+        await self.ready()
+        return self
+
+    def _start_connecting(self) -> asyncio.Task:
+        task = asyncio.ensure_future(self._open())
+        # Retrieve a failure even if no call comes to wait for it.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    async def ready(self) -> None:
+        """Wait until the connection is open; ManagerError if it cannot be."""
+        if self._connecting.done() and (self._connecting.cancelled()
+                                        or self._connecting.exception() is not None):
+            self._connecting = self._start_connecting()
+        await asyncio.shield(self._connecting)
+
+    async def _open(self) -> None:
         """Authenticate on the private socket and subscribe to job signals."""
-        path = private_socket_path(user)
+        path = self.path
         try:
             reader, writer = await asyncio.open_unix_connection(path)
             auth = Authenticator()
@@ -106,26 +131,36 @@ class Manager:
         except (OSError, EOFError, asyncio.TimeoutError) as exc:
             raise ManagerError(f"cannot reach the service manager at {path}: {exc}") from exc
         conn = DBusConnection(reader, writer)
-        self = cls(DBusRouter(conn), conn)
+        router = DBusRouter(conn)
         # Measured on systemd 252: a message that arrives in the same read as the
         # client's BEGIN stays unprocessed in systemd's buffer until more bytes arrive
         # (79 of 100 fresh connections stalled in one run; never once poked).  So the
-        # first call is followed, while it has no answer, by harmless Peer.Ping pokes.
-        first = asyncio.ensure_future(self._router.send_and_get_reply(
+        # first call is followed at once, and then while it has no answer, by harmless
+        # Peer.Ping pokes.
+        first = asyncio.ensure_future(router.send_and_get_reply(
             new_method_call(_MANAGER, "Subscribe")))
         for _ in range(200):
+            await router.send(new_method_call(_PEER, "Ping"))
             done, _pending = await asyncio.wait({first}, timeout=0.02)
             if done:
                 break
-            await self._router.send(new_method_call(_PEER, "Ping"))
         else:
             first.cancel()
+            await conn.close()
             raise ManagerError(f"the service manager at {path} does not answer")
         if first.result().header.message_type == MessageType.error:
+            await conn.close()
             raise ManagerError(f"Subscribe refused: {first.result().body}")
-        return self
+        self._router, self._conn = router, conn
+        self._filter = router.filter(
+            MatchRule(type="signal", interface=_SYSTEMD + ".Manager", member="JobRemoved"),
+            queue=self._signals)
+        self._task = asyncio.create_task(self._route_jobs())
 
     async def close(self) -> None:
+        self._connecting.cancel()
+        if self._router is None:
+            return
         self._task.cancel()
         self._filter.close()
         await self._router.__aexit__(None, None, None)
@@ -133,6 +168,7 @@ class Manager:
 
     async def _call(self, addr: DBusAddress, method: str, sig: str | None = None,
                     body: tuple = (), what: str = "") -> tuple:
+        await self.ready()
         msg = new_method_call(addr, method, sig, body)
         try:
             reply = await asyncio.wait_for(self._router.send_and_get_reply(msg), 30)

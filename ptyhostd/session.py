@@ -19,12 +19,15 @@ import json
 import logging
 import os
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from . import protocol
 from .fd import Fd
 from .ring import Ring
-from .screen import Screen
+
+if TYPE_CHECKING:
+    from .pidwatch import PidWatch
+    from .screen import Screen
 
 log = logging.getLogger("ptyhostd")
 
@@ -110,6 +113,7 @@ class Session:
         self.signal: Optional[int] = None
         self.ended_at: Optional[float] = None
         self.pidfd: Optional[Fd] = None
+        self._pidwatch: Optional["PidWatch"] = None
         self.attachments: set[Attachment] = set()
         self.waiters: list[asyncio.Future] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -228,6 +232,9 @@ class Session:
         ring = self.ring
         if self.screen is None or self.screen_pos < ring.tail \
                 or ring.head - self.screen_pos > SCREEN_CATCH_UP:
+            # Imported here: the terminal model (pyte) is not needed to start serving,
+            # and its import is a fifth of the host's start-up.
+            from .screen import Screen
             self.screen = Screen(self.cols, self.rows)
             self.screen_pos = max(ring.tail, ring.head - SCREEN_CATCH_UP)
         end = min(ring.head, self.screen_pos + limit)
@@ -276,11 +283,11 @@ class Session:
             att.conn.close_after_flush()
         self.attachments.clear()
 
-    def close_fds(self, loop: asyncio.AbstractEventLoop, keep_ring: bool = True) -> None:
+    def close_fds(self, keep_ring: bool = True) -> None:
         """Close the master and pidfd (and the ring unless kept); idempotent."""
         self.stop_reading()
+        self.unwatch_pid()
         if self.pidfd is not None:
-            loop.remove_reader(self.pidfd.fd)
             self.pidfd.close()
             self.pidfd = None
         if self.master is not None:
@@ -289,13 +296,19 @@ class Session:
         if not keep_ring:
             self.ring.close()
 
-    def watch_pid(self, loop: asyncio.AbstractEventLoop, pid: int,
-                  on_exit: Callable[[], None]) -> bool:
+    def watch_pid(self, watch: "PidWatch", pid: int, on_exit: Callable[[], None]) -> bool:
         """Call ``on_exit`` when process ``pid`` ends; False if it is already gone."""
         self.pid = pid
         try:
             self.pidfd = Fd(os.pidfd_open(pid), f"pidfd {self.id}")
         except ProcessLookupError:
             return False
-        loop.add_reader(self.pidfd.fd, on_exit)
+        self._pidwatch = watch
+        watch.add(self.pidfd.fd, on_exit)
         return True
+
+    def unwatch_pid(self) -> None:
+        """Stop calling ``on_exit`` (the pidfd stays open until close_fds)."""
+        if self._pidwatch is not None and self.pidfd is not None:
+            self._pidwatch.remove(self.pidfd.fd)
+        self._pidwatch = None

@@ -176,3 +176,18 @@ def test_programs_that_exit_at_once_report_their_code(host):
         proc = host.ctl("wait", sid, check=False)
         assert proc.returncode == n, (sid, n, proc.stdout, proc.stderr)
         assert f"out-{n}".encode() in host.backlog(sid)
+
+
+def test_orphaned_session_unit_is_stopped_after_a_restart(host):
+    """A session unit with no parked terminal (its host lost it) is stopped once the new
+    host is serving; the sessions it does know are untouched."""
+    keep = host.spawn("sh", "-c", "echo kept; exec sleep 100000")
+    pid = host.ps()[keep]["pid"]
+    orphan = "clowder-session-0rphan00.service"
+    host.run(["systemd-run", *(["--user"] if host.scope == "user" else []),
+              f"--unit={orphan}", "--quiet", "sleep", "100000"])
+    assert host.show(orphan, "ActiveState")["ActiveState"] == "active"
+    host.restart()
+    wait_for(lambda: host.show(orphan, "ActiveState")["ActiveState"] == "inactive", 15,
+             f"the new host to stop the orphaned {orphan}")
+    assert host.ps()[keep]["pid"] == pid and host.ps()[keep]["state"] == "running"
