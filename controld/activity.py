@@ -18,13 +18,8 @@ So only silence makes an agent idle; the prompt test merely says why it is idle.
   whole again once its rest arrives; an unfinished one at the very end is pending: not
   shown until it completes.  If the tail was cut, its first line, which may begin in the
   middle of a sequence, is dropped.
-- The bytes are decoded as UTF-8 (invalid bytes replaced) and rendered by a tiny line
-  model, not a screen: escape sequences (CSI, OSC, DCS/SOS/PM/APC, charset designations
-  such as ``ESC ( B`` and other single ``ESC x``) are removed; LF, VT and FF end a line; CR
-  returns to column 0 so later text overwrites (a progress bar shows its last state); BS,
-  TAB and CSI C/D/G move along the line; CSI K, X, P and @ erase, delete and insert;
-  moving the cursor to another row (CSI A B E F H f d, ESC D E M, restoring the cursor)
-  ends the line, since what follows is drawn elsewhere; CSI 2J/3J and ESC c clear it all.
+- The bytes are rendered by the line model of ``ptyhostd/lines.py`` (escape sequences
+  removed, CR overwrites, cursor moves to another row end the line, a clear starts over).
 - A line that is blank, or made only of box-drawing and block characters (a border, a
   rule), is decoration; a line matching one of ``footers`` is a hint row drawn under an
   agent's input box (defaults: Claude Code's and Codex's "? for shortcuts", "(shift+tab
@@ -47,8 +42,9 @@ can make a busy agent look idle or the other way round.
 
 from __future__ import annotations
 
-import codecs
 import re
+
+from ptyhostd.lines import render
 
 TAIL = 4096
 DEFAULT_PROMPTS = (
@@ -58,131 +54,7 @@ DEFAULT_PROMPTS = (
 )
 DEFAULT_FOOTERS = (r"\? for shortcuts", r"\(shift\+tab to cycle\)", r"⏎ send")
 
-_TEXT = re.compile(r"[^\x00-\x1f\x7f-\x9f]+")
-# What follows an ESC.  The single ESC x excludes [ ] P X ^ _, which open CSI and strings.
-_SEQ = re.compile(r"""
-    \[ (?P<params>[0-?]*) [ -/]* (?P<final>[@-~])    # CSI
-  | [\]PX^_] .*? (?:\x07|\x1b\\)                      # OSC, DCS, SOS, PM, APC: to BEL or ST
-  | [ -/]+ [0-~]                                      # nF: ESC ( B, ESC # 8, ESC % G ...
-  | (?P<single>[0-OQ-WYZ\\`-~])                       # ESC 7, ESC M, ESC c ...
-""", re.X | re.S)
-# An ESC whose sequence can still be completed by more output.
-_PARTIAL = re.compile(r"\[[0-?]*[ -/]*|[\]PX^_].*|[ -/]*", re.S)
 _DECORATION = re.compile(r"[\s\u2500-\u259f]*")  # blank, box drawing, block elements
-
-
-class _Lines:
-    """The line model described in the module docstring."""
-
-    def __init__(self):
-        self.done: list[str] = []
-        self.cur: list[str] = []
-        self.col = 0
-
-    def run(self, s: str) -> list[str]:
-        i, n = 0, len(s)
-        while i < n:
-            m = _TEXT.match(s, i)
-            if m:
-                self.put(m.group())
-            elif s[i] == "\x1b":
-                m = _SEQ.match(s, i + 1)
-                if not m:
-                    if _PARTIAL.fullmatch(s, i + 1):
-                        break  # unfinished: the rest arrives with the next feed
-                    i += 1  # a stray ESC
-                    continue
-                self.escape(m)
-            else:
-                self.control(s[i])
-                i += 1
-                continue
-            i = m.end()
-        return self.done + ["".join(self.cur)]
-
-    def put(self, text: str) -> None:
-        if self.col > len(self.cur):
-            self.cur.extend(" " * (self.col - len(self.cur)))
-        end = self.col + len(text)
-        self.cur[self.col:end] = text  # overwrites what a CR went back over
-        self.col = end
-
-    def newline(self, col: int = 0) -> None:
-        self.done.append("".join(self.cur))
-        self.cur, self.col = [], max(col, 0)
-
-    def clear(self) -> None:
-        self.done, self.cur = [], []
-
-    def control(self, ch: str) -> None:
-        if ch in "\n\v\f":
-            self.newline()  # as the tty's ONLCR (or the program's own CR) makes it
-        elif ch == "\r":
-            self.col = 0
-        elif ch == "\b":
-            self.col = max(self.col - 1, 0)
-        elif ch == "\t":
-            self.col = self.col // 8 * 8 + 8
-
-    def escape(self, m: re.Match) -> None:
-        if m.group("final"):
-            self.csi(m.group("params"), m.group("final"))
-        elif m.group("single"):
-            ch = m.group("single")
-            if ch in "DM":
-                self.newline(self.col)
-            elif ch in "E8":
-                self.newline()
-            elif ch == "c":
-                self.clear()
-                self.col = 0
-
-    def csi(self, params: str, final: str) -> None:
-        if params[:1] in ("<", "=", ">", "?"):
-            return  # private modes, keyboard protocols: nothing on the line
-        nums = [int(p) if p.isdigit() else 0 for p in params.split(";")]
-        first, count = nums[0], nums[0] or 1
-        cur, col = self.cur, self.col
-        if final in "ABd":
-            self.newline(col)
-        elif final in "EF" or (final == "u" and not params):
-            self.newline()
-        elif final in "Hf":
-            self.newline((nums[1] if len(nums) > 1 else 0) - 1)
-        elif final in "G`":
-            self.col = count - 1
-        elif final == "C":
-            self.col = col + count
-        elif final == "D":
-            self.col = max(col - count, 0)
-        elif final == "K":
-            if first == 0:
-                del cur[col:]
-            elif first == 1:
-                cur[:col + 1] = " " * min(col + 1, len(cur))
-            elif first == 2:
-                cur.clear()
-        elif final == "J":
-            if first in (2, 3):
-                self.clear()
-            elif first == 1:
-                self.done = []
-                cur[:col + 1] = " " * min(col + 1, len(cur))
-            else:
-                del cur[col:]
-        elif final == "X":
-            cur[col:col + count] = " " * len(cur[col:col + count])
-        elif final == "P":
-            del cur[col:col + count]
-        elif final == "@" and col < len(cur):
-            cur[col:col] = " " * count
-
-
-def render(raw: bytes, cut: bool = False) -> list[str]:
-    """The lines a tail of raw output shows, per the line model; ``cut``: its start is lost."""
-    text = codecs.getincrementaldecoder("utf-8")("replace").decode(raw, final=False)
-    lines = _Lines().run(text)
-    return lines[1:] if cut and len(lines) > 1 else lines
 
 
 class Activity:
