@@ -52,13 +52,30 @@ def _register(cls):
     if cls.KIND in _REGISTRY:
         raise RuntimeError(f"kind {cls.KIND} registered twice")
     _REGISTRY[cls.KIND] = cls
-    return dataclass(cls)
+    # Only __init__ is generated per class; equality and repr come from Message. Each
+    # generated method costs an exec: ~6 ms of every clowder process's start for ~50 kinds.
+    return dataclass(cls, eq=False, repr=False)
 
 
 class Message:
     """Base of every payload type; ``KIND`` is its number on the wire."""
 
     KIND: ClassVar[int]
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # mutable, like a dataclass with eq
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}"
+                           for f in dataclasses.fields(self))
+        return f"{type(self).__name__}({fields})"
 
 
 # 1xx: handshake and errors

@@ -4,8 +4,6 @@ import json
 import os
 import sys
 
-from controld import config
-
 
 def add_parser(sub):
     p = sub.add_parser("config", help="check the agents configuration")
@@ -23,8 +21,15 @@ def run(args) -> int:
     return args.config_run(args)
 
 
+def _config():
+    # Imported here: YAML is a quarter of clowderctl's start-up, and only this needs it.
+    from controld import config
+    return config
+
+
 def default_file() -> tuple[str, list[str]]:
     """The file to check, and every file that was considered (for the error message)."""
+    config = _config()
     (system,) = config.default_paths("system")
     if os.getuid() == 0:
         return system, [system]
@@ -33,6 +38,7 @@ def default_file() -> tuple[str, list[str]]:
 
 
 def run_check(args) -> int:
+    config = _config()
     path, considered = (args.file, [args.file]) if args.file else default_file()
     try:
         cfg = config.load(path)
