@@ -69,9 +69,12 @@ class Connection(asyncio.Protocol):
                 return
             if not self.greeted:
                 self._hello(msg)
-            elif isinstance(msg, (protocol.Input, protocol.Resize)):
+            elif isinstance(msg, (protocol.Input, protocol.Resize)) \
+                    and self.attachment is not None and self._queue.empty():
                 self._attached_input(msg)  # inline: keystrokes must not queue behind work
             else:
+                # Requests, and keystrokes typed before the attach is done (a client
+                # goes raw before the host has answered its Attach): in order.
                 self._queue.put_nowait(msg)
 
     def connection_lost(self, exc) -> None:
@@ -154,6 +157,9 @@ class Connection(asyncio.Protocol):
 
     async def _handle(self, msg: protocol.Message) -> None:
         P = protocol
+        if isinstance(msg, (P.Input, P.Resize)):
+            self._attached_input(msg)
+            return
         if self.attachment is not None and not isinstance(msg, P.Detach):
             raise RequestError(f"{type(msg).__name__} is not valid while attached",
                                "attached")

@@ -508,3 +508,29 @@ def test_recent_history_goes_into_the_terminal_scrollback(host, attach):
     b.wait_raw()
     b.type(DETACH)
     assert b.finish() == 0
+
+
+def test_keystrokes_sent_with_the_attach_are_not_refused(host):
+    """A client may go raw and send keys before the host has answered its Attach: the
+    keys wait for the attach instead of being refused ("needs an attach first")."""
+    import socket as _socket
+
+    from ptyhostd import protocol as P
+    sid = shell(host)
+    s = _socket.socket(_socket.AF_UNIX)
+    s.settimeout(15)
+    s.connect(host.socket)
+    try:
+        s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION)) +
+                  P.encode(P.Attach(session=sid, cols=80, rows=24)) +
+                  P.encode(P.Input(data=b"echo early-$((3+4))\r")) + P.encode(P.Detach()))
+        reader, got = P.FrameReader(), []
+        while not any(isinstance(m, P.Ok) for m in got):
+            data = s.recv(65536)
+            assert data, f"the host closed before answering Detach: {got}"
+            got += reader.feed(data)
+        assert not [m for m in got if isinstance(m, P.Error)], got
+    finally:
+        s.close()
+    wait_for(lambda: b"early-7" in host.backlog(sid), 10,
+             "the keys sent with the Attach to reach the session")
