@@ -15,7 +15,6 @@ import struct
 from typing import Optional
 
 from . import __version__, handoff, protocol
-from .history import text_lines
 from .pty import write_some
 from .host import Host, RequestError
 from .session import SCREEN_CATCH_UP, Attachment, Session
@@ -209,6 +208,7 @@ class Connection(asyncio.Protocol):
             text = s.screen.snapshot(msg.format)
             self.send(P.SnapshotData(data=text.encode() if isinstance(text, str) else text))
         elif isinstance(msg, P.GetHistory):
+            from .history import text_lines  # its regexes: not needed to start serving
             ring = self._session(msg.session).ring
             # Read back only as far as the lines asked for need: the line model costs
             # ~90 ms a MiB, on the loop that forwards every session's output.

@@ -20,7 +20,7 @@ from . import fdstore, handoff, protocol, pty
 from .fd import Fd
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
-from .pidwatch import PidWatch
+from .readers import Readers
 from .ring import Ring, RingError
 from .session import UNIT_PREFIX, Session
 
@@ -54,7 +54,7 @@ class Host:
         self.manifest = manifest
         self.sessions: dict[str, Session] = {}
         self.loop = asyncio.get_running_loop()
-        self.pidwatch = PidWatch(self.loop)
+        self.readers = Readers(self.loop)
         self.uid = os.getuid()
         self._tasks: set[asyncio.Task] = set()
         self._handing_off = False
@@ -116,34 +116,43 @@ class Host:
         manager = Manager(config.user_manager)  # connects meanwhile; calls wait for it
         raw_manifest = {name: fds[0] for name, fds in stored.items() if name in SLOTS}
         records: list[dict] = []
+        valid = False
         if raw_manifest:
             try:
                 manifest, content = Manifest.adopt(raw_manifest)
                 records = content.get("sessions", [])
+                valid = True
             except ManifestError as exc:
                 log.error("manifest unusable, adopting from fd names alone: %s", exc,
                           extra={"CLOWDER_CAUSE": "manifest-corrupt"})
                 manifest = Manifest.create()
         else:
             manifest = Manifest.create()
-        for slot, fd in manifest.fds.items():
-            if slot not in raw_manifest:
+        if not valid:
+            # New copies replace the parked ones (an unusable pair would otherwise come
+            # back at every restart, and the fresh pair be lost at the first).
+            for slot, fd in manifest.fds.items():
+                if slot in raw_manifest:
+                    fdstore.unpark(slot)
                 fdstore.park(slot, fd.fd)
         host = cls(config, manager, manifest)
-        await host._adopt(records, stored)
+        await host._adopt(records, stored, save_now=not valid)
         for fd in stored.get(handoff.SCREENS, []):
             host._seed_screens(handoff.unpack_screens(fd))
         host._spawn_task(host.keep_screens())
         return host
 
-    async def _adopt(self, records: list[dict], stored: dict[str, list[int]]) -> None:
+    async def _adopt(self, records: list[dict], stored: dict[str, list[int]],
+                     save_now: bool) -> None:
         masters = {n[2:]: fds for n, fds in stored.items() if n.startswith("m.")}
         rings = {n[2:]: fds for n, fds in stored.items() if n.startswith("r.")}
         by_id = {r["id"]: r for r in records if isinstance(r, dict) and "id" in r}
         for sid in masters.keys() - by_id.keys():
             # Parked but not in the manifest (a crash between park and save, or a lost
             # manifest): adopt it with what the fd names and systemd can tell.
-            by_id[sid] = {"id": sid, "name": sid, "argv": [], "cwd": None, "uid": 0,
+            # Its owner: a user manager's host runs only its own user's sessions; a
+            # system host cannot tell, so only root sees the session.
+            by_id[sid] = {"id": sid, "name": sid, "argv": [], "cwd": None, "uid": self.uid,
                           "cols": 80, "rows": 24, "created": time.time(), "state": "running"}
         # Sessions whose recorded program still runs in its unit are served again with
         # no call to systemd (at 1,000 sessions a round trip each would be seconds of
@@ -172,7 +181,13 @@ class Host:
                     os.close(fd)
                 fdstore.unpark(f"{kind}.{sid}")
         self._enforce_exited_cap()
-        self.save()
+        if save_now:
+            self.save()  # no valid manifest was parked: there must be one now
+        else:
+            # Rewritten once the clients waiting through the restart are served (~8 ms
+            # at 1,000 sessions): until then the previous manifest, still valid,
+            # describes the same sessions, and every end recorded above saved its own.
+            self._spawn_task(self._after(AFTER_START, self._save_async))
         # Units that no session claims only need stopping, and the pid check only
         # confirms the fast path: both wait a moment, so that the clients that waited
         # through the restart are served first (at 1,000 sessions each costs ~20 ms).
@@ -215,7 +230,7 @@ class Host:
             if master is not None:  # a crash came between recording the end and closing
                 self._release_master(s)
             return None  # its unit, if still loaded, is stopped with the orphans
-        if master is not None and s.pid and s.watch_pid(self.pidwatch, s.pid,
+        if master is not None and s.pid and s.watch_pid(self.readers, s.pid,
                                                          lambda: self._on_pid_exit(s)):
             # The fast path: the recorded main PID is alive. That it is still the
             # session's program (a reused pid would be in another cgroup) is checked
@@ -235,7 +250,7 @@ class Host:
         elif not state.loaded or state.active in ("inactive", "failed") or not state.main_pid:
             await self._end(s, state if state.loaded else None,
                             f"its unit is gone ({state.active}/{state.sub})")
-        elif s.watch_pid(self.pidwatch, state.main_pid, lambda: self._on_pid_exit(s)):
+        elif s.watch_pid(self.readers, state.main_pid, lambda: self._on_pid_exit(s)):
             self._resume(s)
         else:
             self._resume(s)
@@ -243,9 +258,12 @@ class Host:
 
     def _resume(self, s: Session) -> None:
         """Serve an adopted session whose program still runs (its pid is watched)."""
-        s.start_reading(self.loop)
+        s.start_reading(self.readers)
         if s.state != "running":
             s.set_state("running", "adopted after a host restart")
+
+    async def _save_async(self) -> None:
+        self.save()
 
     @staticmethod
     async def _after(delay: float, work) -> None:
@@ -332,7 +350,7 @@ class Host:
         fdstore.park(f"r.{sid}", ring.fd.fd)
         self.sessions[sid] = s
         self.save()
-        s.start_reading(self.loop)
+        s.start_reading(self.readers)
         try:
             result = await self.manager.start_session(
                 s.unit, argv, tty, req.cwd, env, user,
@@ -353,7 +371,7 @@ class Host:
                                f"{reason or f'systemd start job {result} ({state.result})'}",
                                "spawn")
         s.set_state("running", f"started by uid {client_uid}")
-        if not state.main_pid or not s.watch_pid(self.pidwatch, state.main_pid,
+        if not state.main_pid or not s.watch_pid(self.readers, state.main_pid,
                                                  lambda: self._on_pid_exit(s)):
             self._on_pid_exit(s)
         self.save()

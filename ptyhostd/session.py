@@ -26,7 +26,7 @@ from .fd import Fd
 from .ring import Ring
 
 if TYPE_CHECKING:
-    from .pidwatch import PidWatch
+    from .readers import Readers
     from .screen import Screen
 
 log = logging.getLogger("ptyhostd")
@@ -113,10 +113,10 @@ class Session:
         self.signal: Optional[int] = None
         self.ended_at: Optional[float] = None
         self.pidfd: Optional[Fd] = None
-        self._pidwatch: Optional["PidWatch"] = None
+        self._pid_readers: Optional["Readers"] = None
         self.attachments: set[Attachment] = set()
         self.waiters: list[asyncio.Future] = []
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._readers: Optional["Readers"] = None  # while its master is read
         # The terminal model, off the byte path: made on the first attach, fed lazily
         # from the ring; ``screen_pos`` is the ring offset it has been fed up to.
         self.screen: Optional[Screen] = None
@@ -172,15 +172,15 @@ class Session:
 
     # --- the byte path ------------------------------------------------------------------
 
-    def start_reading(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self.master is not None and self._loop is None:
-            loop.add_reader(self.master.fd, self.on_readable)
-            self._loop = loop
+    def start_reading(self, readers: "Readers") -> None:
+        if self.master is not None and self._readers is None:
+            readers.add(self.master.fd, self.on_readable)
+            self._readers = readers
 
     def stop_reading(self) -> None:
-        if self._loop is not None and self.master is not None:
-            self._loop.remove_reader(self.master.fd)
-        self._loop = None
+        if self._readers is not None and self.master is not None:
+            self._readers.remove(self.master.fd)
+        self._readers = None
 
     def _pump(self) -> int:
         """One read from the pty into the ring, forwarded to attached clients; the byte
@@ -296,19 +296,19 @@ class Session:
         if not keep_ring:
             self.ring.close()
 
-    def watch_pid(self, watch: "PidWatch", pid: int, on_exit: Callable[[], None]) -> bool:
+    def watch_pid(self, watch: "Readers", pid: int, on_exit: Callable[[], None]) -> bool:
         """Call ``on_exit`` when process ``pid`` ends; False if it is already gone."""
         self.pid = pid
         try:
             self.pidfd = Fd(os.pidfd_open(pid), f"pidfd {self.id}")
         except ProcessLookupError:
             return False
-        self._pidwatch = watch
+        self._pid_readers = watch
         watch.add(self.pidfd.fd, on_exit)
         return True
 
     def unwatch_pid(self) -> None:
         """Stop calling ``on_exit`` (the pidfd stays open until close_fds)."""
-        if self._pidwatch is not None and self.pidfd is not None:
-            self._pidwatch.remove(self.pidfd.fd)
-        self._pidwatch = None
+        if self._pid_readers is not None and self.pidfd is not None:
+            self._pid_readers.remove(self.pidfd.fd)
+        self._pid_readers = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import pytest
 
@@ -191,3 +192,29 @@ def test_orphaned_session_unit_is_stopped_after_a_restart(host):
     wait_for(lambda: host.show(orphan, "ActiveState")["ActiveState"] == "inactive", 15,
              f"the new host to stop the orphaned {orphan}")
     assert host.ps()[keep]["pid"] == pid and host.ps()[keep]["state"] == "running"
+
+
+def test_an_unusable_manifest_is_replaced(host):
+    """Both parked copies of the manifest damaged: the next host adopts the sessions from
+    the FD store's names alone (same pid, still the user's), and parks a fresh manifest
+    that the host after it can read."""
+    sid = host.spawn("sh", "-c", "echo m; exec sleep 100000", name="named")
+    before = host.ps()[sid]
+    hpid = host.main_pid()
+    damaged = 0
+    for fd in os.listdir(f"/proc/{hpid}/fd"):
+        if "clowder-manifest" in os.readlink(f"/proc/{hpid}/fd/{fd}"):
+            with open(f"/proc/{hpid}/fd/{fd}", "r+b") as f:
+                f.write(b"\0" * 64)
+            damaged += 1
+    assert damaged == 2, f"found {damaged} manifest copies in the host's fds"
+    since = f"@{time.time():.3f}"
+    host.kill9()
+    after = host.ps()[sid]  # a KeyError here: the session was lost or not the user's
+    assert after["pid"] == before["pid"] and after["state"] == "running"
+    host.kill9()
+    host.restart()
+    assert host.ps()[sid]["pid"] == before["pid"]
+    said = host.run(["journalctl", "--no-pager", "-o", "cat", "--since", since,
+                     "CLOWDER_CAUSE=manifest-corrupt", f"_UID={host.uid}"]).stdout.decode()
+    assert said.count("manifest unusable") == 1, said

@@ -1,9 +1,10 @@
-"""Every session's pidfd in one epoll of our own, which is one reader of the event loop.
+"""The fds the host waits on for sessions (pty masters, pidfds), in one epoll of its own.
 
-A pidfd becomes readable once, when its process ends.  Registering a thousand of them
-with asyncio one by one (a Handle, a selector key and an epoll_ctl each) took ~20 ms of
-every start at 1,000 sessions, all of it before the host could serve; registering them
-here is one epoll_ctl each.  The host's event loop watches only this epoll's fd.
+The host's event loop watches only this epoll's fd.  Registering a thousand masters and
+a thousand pidfds with asyncio one by one (a Handle, a selector key and an epoll_ctl
+each) took ~30 ms of every start at 1,000 sessions, all of it before the host could
+serve; registering them here is one epoll_ctl each.  Level-triggered, like asyncio's
+own readers: a callback that leaves data unread is called again on the next turn.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import select
 from typing import Callable
 
 
-class PidWatch:
-    """Calls a callback when a pidfd becomes readable; ``remove`` before closing it."""
+class Readers:
+    """Calls a callback while an fd is readable; ``remove`` it before closing the fd."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self._epoll = select.epoll()  # close-on-exec: never crosses a hand-off's exec
@@ -37,7 +38,7 @@ class PidWatch:
 
     def _ready(self) -> None:
         for fd, _events in self._epoll.poll(0):
-            callback = self._callbacks.get(fd)
+            callback = self._callbacks.get(fd)  # an earlier callback may have removed it
             if callback is not None:
                 callback()
 
