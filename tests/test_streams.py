@@ -256,10 +256,11 @@ def test_a_stalled_stream_stops_only_itself(host, control):
     start_agent(host, control)
     with Mux(control_socket(host)) as mux:
         sess = Session(mux)
+        stalled = mux._streams[max(mux._streams)]  # noqa: SLF001 - the session's, to check
+        assert stalled.service == "session"
         sess.expect(PROMPT, "the agent's prompt")
         sess.c.send(P.Input(data=b"yes flood-flood-flood-flood\r"))
         status = mux.request_client("status")
-        stalled = mux._streams[max(mux._streams)]  # noqa: SLF001 - checking the bound
         for _ in range(50):
             status.request(P.GetStatus(), P.StatusReport)
         wait_for(lambda: stalled.pending, 15, "the flood to reach the client's mux")
