@@ -258,7 +258,7 @@ class Host:
 
     def _resume(self, s: Session) -> None:
         """Serve an adopted session whose program still runs (its pid is watched)."""
-        s.start_reading(self.readers)
+        s.start_reading(self.loop)
         if s.state != "running":
             s.set_state("running", "adopted after a host restart")
 
@@ -350,7 +350,7 @@ class Host:
         fdstore.park(f"r.{sid}", ring.fd.fd)
         self.sessions[sid] = s
         self.save()
-        s.start_reading(self.readers)
+        s.start_reading(self.loop)
         try:
             result = await self.manager.start_session(
                 s.unit, argv, tty, req.cwd, env, user,

@@ -1,10 +1,12 @@
-"""The fds the host waits on for sessions (pty masters, pidfds), in one epoll of its own.
+"""The sessions' pidfds, in one epoll of the host's own.
 
-The host's event loop watches only this epoll's fd.  Registering a thousand masters and
-a thousand pidfds with asyncio one by one (a Handle, a selector key and an epoll_ctl
-each) took ~30 ms of every start at 1,000 sessions, all of it before the host could
-serve; registering them here is one epoll_ctl each.  Level-triggered, like asyncio's
-own readers: a callback that leaves data unread is called again on the next turn.
+The host's event loop watches only this epoll's fd.  Registering a thousand pidfds with
+asyncio one by one (a Handle, a selector key and an epoll_ctl each) took ~15 ms of every
+start at 1,000 sessions, all of it before the host could serve; registering them here
+is one epoll_ctl each.  Level-triggered, like asyncio's own readers.
+The pty masters stay the event loop's own readers: on the byte path, the extra
+epoll_wait per wake that this costs took ~10 % more CPU per MB forwarded (measured:
+55.8 vs 65.3 MB/s through the host, bench/, same run conditions).
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ class Session:
         self._pid_readers: Optional["Readers"] = None
         self.attachments: set[Attachment] = set()
         self.waiters: list[asyncio.Future] = []
-        self._readers: Optional["Readers"] = None  # while its master is read
+        self._loop: Optional[asyncio.AbstractEventLoop] = None  # while its master is read
         # The terminal model, off the byte path: made on the first attach, fed lazily
         # from the ring; ``screen_pos`` is the ring offset it has been fed up to.
         self.screen: Optional[Screen] = None
@@ -172,15 +172,16 @@ class Session:
 
     # --- the byte path ------------------------------------------------------------------
 
-    def start_reading(self, readers: "Readers") -> None:
-        if self.master is not None and self._readers is None:
-            readers.add(self.master.fd, self.on_readable)
-            self._readers = readers
+    def start_reading(self, loop: asyncio.AbstractEventLoop) -> None:
+        # The event loop's own reader, not the pidfds' epoll (readers.py says why).
+        if self.master is not None and self._loop is None:
+            loop.add_reader(self.master.fd, self.on_readable)
+            self._loop = loop
 
     def stop_reading(self) -> None:
-        if self._readers is not None and self.master is not None:
-            self._readers.remove(self.master.fd)
-        self._readers = None
+        if self._loop is not None and self.master is not None:
+            self._loop.remove_reader(self.master.fd)
+        self._loop = None
 
     def _pump(self) -> int:
         """One read from the pty into the ring, forwarded to attached clients; the byte
