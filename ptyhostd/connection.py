@@ -25,7 +25,6 @@ log = logging.getLogger("ptyhostd")
 CLIENT_HIGH_WATER = 1 << 20
 CLIENT_LOW_WATER = 256 << 10
 _CREDS = struct.Struct("3i")
-HISTORY_BYTES = 1 << 20  # the most raw backlog turned into text for one history request
 
 
 class Connection(asyncio.Protocol):
@@ -208,18 +207,8 @@ class Connection(asyncio.Protocol):
             text = s.screen.snapshot(msg.format)
             self.send(P.SnapshotData(data=text.encode() if isinstance(text, str) else text))
         elif isinstance(msg, P.GetHistory):
-            from .history import text_lines  # its regexes: not needed to start serving
-            ring = self._session(msg.session).ring
-            # Read back only as far as the lines asked for need: the line model costs
-            # ~90 ms a MiB, on the loop that forwards every session's output.
-            size = max(64 * 1024, msg.lines * 160)
-            while True:
-                start = max(ring.tail, ring.head - min(size, HISTORY_BYTES))
-                lines = text_lines(ring.read(start), cut=start > 0)
-                if len(lines) >= msg.lines or start == ring.tail or size >= HISTORY_BYTES:
-                    break
-                size *= 4
-            keep = lines[-msg.lines:] if msg.lines > 0 else []
+            from .history import last_lines  # its regexes: not needed to start serving
+            keep = last_lines(self._session(msg.session).ring, msg.lines)
             self.send(P.SnapshotData(data="\n".join(keep).encode() + b"\n" * bool(keep)))
         elif isinstance(msg, P.UpgradeCheck):
             try:
