@@ -20,7 +20,7 @@ from . import fdstore, handoff, protocol, pty
 from .fd import Fd
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
-from .readers import Readers
+from .pidwatch import PidWatch
 from .ring import Ring, RingError
 from .session import UNIT_PREFIX, Session
 
@@ -54,7 +54,7 @@ class Host:
         self.manifest = manifest
         self.sessions: dict[str, Session] = {}
         self.loop = asyncio.get_running_loop()
-        self.readers = Readers(self.loop)
+        self.pidwatch = PidWatch(self.loop)
         self.uid = os.getuid()
         self._tasks: set[asyncio.Task] = set()
         self._handing_off = False
@@ -183,16 +183,7 @@ class Host:
         self._enforce_exited_cap()
         if save_now:
             self.save()  # no valid manifest was parked: there must be one now
-        else:
-            # Rewritten once the clients waiting through the restart are served (~8 ms
-            # at 1,000 sessions): until then the previous manifest, still valid,
-            # describes the same sessions, and every end recorded above saved its own.
-            self._spawn_task(self._after(AFTER_START, self._save_async))
-        # Units that no session claims only need stopping, and the pid check only
-        # confirms the fast path: both wait a moment, so that the clients that waited
-        # through the restart are served first (at 1,000 sessions each costs ~20 ms).
-        self._spawn_task(self._after(AFTER_START, self._verify_adopted))
-        self._spawn_task(self._after(AFTER_START, self._stop_orphan_units))
+        self._spawn_task(self._after_start(save=not save_now))
         live = sum(1 for s in self.sessions.values() if s.state == "running")
         log.info("adopted %d sessions (%d running)", len(self.sessions), live,
                  extra={"CLOWDER_CAUSE": "start"})
@@ -230,7 +221,7 @@ class Host:
             if master is not None:  # a crash came between recording the end and closing
                 self._release_master(s)
             return None  # its unit, if still loaded, is stopped with the orphans
-        if master is not None and s.pid and s.watch_pid(self.readers, s.pid,
+        if master is not None and s.pid and s.watch_pid(self.pidwatch, s.pid,
                                                          lambda: self._on_pid_exit(s)):
             # The fast path: the recorded main PID is alive. That it is still the
             # session's program (a reused pid would be in another cgroup) is checked
@@ -250,7 +241,7 @@ class Host:
         elif not state.loaded or state.active in ("inactive", "failed") or not state.main_pid:
             await self._end(s, state if state.loaded else None,
                             f"its unit is gone ({state.active}/{state.sub})")
-        elif s.watch_pid(self.readers, state.main_pid, lambda: self._on_pid_exit(s)):
+        elif s.watch_pid(self.pidwatch, state.main_pid, lambda: self._on_pid_exit(s)):
             self._resume(s)
         else:
             self._resume(s)
@@ -262,13 +253,17 @@ class Host:
         if s.state != "running":
             s.set_state("running", "adopted after a host restart")
 
-    async def _save_async(self) -> None:
-        self.save()
-
-    @staticmethod
-    async def _after(delay: float, work) -> None:
-        await asyncio.sleep(delay)
-        await work()
+    async def _after_start(self, save: bool) -> None:
+        """What the start leaves until the clients that waited through a restart are
+        served (at 1,000 sessions each step costs ~10-20 ms): rewriting the manifest
+        (until then the previous one, still valid, describes the same sessions, and each
+        end recorded during adoption saved its own), confirming the fast path's pids,
+        and stopping units that no session claims."""
+        await asyncio.sleep(AFTER_START)
+        if save:
+            self.save()
+        await self._verify_adopted()
+        await self._stop_orphan_units()
 
     async def _verify_adopted(self) -> None:
         """Check that each session adopted on the fast path watches its own program.
@@ -371,7 +366,7 @@ class Host:
                                f"{reason or f'systemd start job {result} ({state.result})'}",
                                "spawn")
         s.set_state("running", f"started by uid {client_uid}")
-        if not state.main_pid or not s.watch_pid(self.readers, state.main_pid,
+        if not state.main_pid or not s.watch_pid(self.pidwatch, state.main_pid,
                                                  lambda: self._on_pid_exit(s)):
             self._on_pid_exit(s)
         self.save()

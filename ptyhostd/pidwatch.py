@@ -16,8 +16,9 @@ import select
 from typing import Callable
 
 
-class Readers:
-    """Calls a callback while an fd is readable; ``remove`` it before closing the fd."""
+class PidWatch:
+    """Calls a callback when a pidfd becomes readable (its process ended); ``remove``
+    the pidfd before closing it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self._epoll = select.epoll()  # close-on-exec: never crosses a hand-off's exec

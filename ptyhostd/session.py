@@ -26,7 +26,7 @@ from .fd import Fd
 from .ring import Ring
 
 if TYPE_CHECKING:
-    from .readers import Readers
+    from .pidwatch import PidWatch
     from .screen import Screen
 
 log = logging.getLogger("ptyhostd")
@@ -113,7 +113,7 @@ class Session:
         self.signal: Optional[int] = None
         self.ended_at: Optional[float] = None
         self.pidfd: Optional[Fd] = None
-        self._pid_readers: Optional["Readers"] = None
+        self._pidwatch: Optional["PidWatch"] = None
         self.attachments: set[Attachment] = set()
         self.waiters: list[asyncio.Future] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None  # while its master is read
@@ -173,7 +173,7 @@ class Session:
     # --- the byte path ------------------------------------------------------------------
 
     def start_reading(self, loop: asyncio.AbstractEventLoop) -> None:
-        # The event loop's own reader, not the pidfds' epoll (readers.py says why).
+        # The event loop's own reader, not the pidfds' epoll (pidwatch.py says why).
         if self.master is not None and self._loop is None:
             loop.add_reader(self.master.fd, self.on_readable)
             self._loop = loop
@@ -297,19 +297,19 @@ class Session:
         if not keep_ring:
             self.ring.close()
 
-    def watch_pid(self, watch: "Readers", pid: int, on_exit: Callable[[], None]) -> bool:
+    def watch_pid(self, watch: "PidWatch", pid: int, on_exit: Callable[[], None]) -> bool:
         """Call ``on_exit`` when process ``pid`` ends; False if it is already gone."""
         self.pid = pid
         try:
             self.pidfd = Fd(os.pidfd_open(pid), f"pidfd {self.id}")
         except ProcessLookupError:
             return False
-        self._pid_readers = watch
+        self._pidwatch = watch
         watch.add(self.pidfd.fd, on_exit)
         return True
 
     def unwatch_pid(self) -> None:
         """Stop calling ``on_exit`` (the pidfd stays open until close_fds)."""
-        if self._pid_readers is not None and self.pidfd is not None:
-            self._pid_readers.remove(self.pidfd.fd)
-        self._pid_readers = None
+        if self._pidwatch is not None and self.pidfd is not None:
+            self._pidwatch.remove(self.pidfd.fd)
+        self._pidwatch = None
