@@ -54,25 +54,18 @@ def default_control_socket() -> str:
 class Client:
     """One connection, greeted; ``path`` is a unix socket's path or a ``Remote``."""
 
-    def __init__(self, path: str | Remote | None = None, timeout: float = CONNECT_TIMEOUT):
-        self.reader = protocol.FrameReader()
-        self.pending: list[protocol.Message] = []
-        self.transport: SshTransport | None = None
-        self.welcome: protocol.Welcome | None = None
+    def __init__(self, path: str | Remote | None = None, timeout: float = CONNECT_TIMEOUT,
+                 peer: str = "the PTY host"):
         # peer: who answers, in messages; where: the same with its address.
         if isinstance(path, Remote):
-            self.path = path
-            self.peer = self.where = path.peer
             try:
-                self.transport = path.open()
+                transport = path.open()
             except ConnectionError as exc:
                 raise ClientError(str(exc)) from None
-            self.sock = self.transport.sock
+            self._take(transport.sock, path, path.peer, path.peer, transport)
         else:
-            self.path = path or default_socket()
-            self.peer = "the PTY host"
-            self.where = f"the PTY host at {self.path}"
-            self.sock = self._connect(self.path, timeout)
+            path = path or default_socket()
+            self._take(self._connect(path, timeout), path, peer, f"{peer} at {path}")
         self.sock.settimeout(timeout)
         try:
             self.send(protocol.Hello(version=protocol.PROTOCOL_VERSION,
@@ -93,17 +86,22 @@ class Client:
         self.welcome = welcome
         self.sock.settimeout(None)
 
+    def _take(self, sock: socket.socket, path, peer: str, where: str,
+              transport: SshTransport | None = None) -> None:
+        self.reader = protocol.FrameReader()
+        self.pending: list[protocol.Message] = []
+        self.transport = transport
+        self.welcome: protocol.Welcome | None = None
+        self.path = path
+        self.peer = peer
+        self.where = where
+        self.sock = sock
+
     @classmethod
     def on_stream(cls, sock: socket.socket, peer: str) -> "Client":
         """A Client over one stream of a ``ctl.mux.Mux``: already greeted, so no Hello."""
         self = cls.__new__(cls)
-        self.reader = protocol.FrameReader()
-        self.pending = []
-        self.transport = None
-        self.welcome = None
-        self.path = None
-        self.peer = self.where = peer
-        self.sock = sock
+        self._take(sock, None, peer, peer)
         return self
 
     @staticmethod

@@ -46,10 +46,7 @@ class Mux:
     """One multiplexed connection; ``open`` streams on it, ``close`` it once."""
 
     def __init__(self, target: str | Remote):
-        self.client = Client(target)
-        if not isinstance(target, Remote):
-            self.client.peer = "clowder-control"
-            self.client.where = f"clowder-control at {target}"
+        self.client = Client(target, peer="clowder-control")
         self.peer = self.client.peer
         self.sock = self.client.sock
         self.sock.setblocking(True)
