@@ -51,6 +51,32 @@ def default_control_socket() -> str:
     return _socket("control.sock", "CLOWDER_CONTROL_SOCKET")
 
 
+def connect_unix(path: str, timeout: float, unit: str) -> socket.socket:
+    """A connection to the socket at ``path`` (systemd's ``unit`` listens there), or a
+    ClientError saying why not: clowderctl and the relay word it the same way."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise ClientError(_refused(path, exc, unit, timeout)) from None
+    return sock
+
+
+def _refused(path: str, exc: OSError, unit: str, timeout: float) -> str:
+    """What to tell the user when connecting to ``path`` failed with ``exc``."""
+    if isinstance(exc, FileNotFoundError):
+        return f"nothing listens at {path}: no such socket (is {unit} started?)"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"nothing listens at {path}: connection refused (is {unit} started?)"
+    if isinstance(exc, PermissionError):
+        return f"permission denied on {path} (not in the clowder group?)"
+    if isinstance(exc, TimeoutError):
+        return f"{path} accepted no connection within {timeout:g} s"
+    return f"cannot connect to {path}: {exc.strerror}"
+
+
 class Client:
     """One connection, greeted; ``path`` is a unix socket's path or a ``Remote``."""
 
@@ -65,7 +91,9 @@ class Client:
             self._take(transport.sock, path, path.peer, path.peer, transport)
         else:
             path = path or default_socket()
-            self._take(self._connect(path, timeout), path, peer, f"{peer} at {path}")
+            unit = "clowder-control.socket" if peer == "clowder-control" else \
+                "clowder-ptyhost.socket"
+            self._take(connect_unix(path, timeout, unit), path, peer, f"{peer} at {path}")
         self.sock.settimeout(timeout)
         try:
             self.send(protocol.Hello(version=protocol.PROTOCOL_VERSION,
@@ -103,25 +131,6 @@ class Client:
         self = cls.__new__(cls)
         self._take(sock, None, peer, peer)
         return self
-
-    @staticmethod
-    def _connect(path: str, timeout: float) -> socket.socket:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(path)
-        except FileNotFoundError:
-            sock.close()
-            raise ClientError(f"no PTY host socket at {path} "
-                              f"(is clowder-ptyhost.socket started?)") from None
-        except PermissionError:
-            sock.close()
-            raise ClientError(f"permission denied on {path} (not in the clowder "
-                              f"group?)") from None
-        except OSError as exc:
-            sock.close()
-            raise ClientError(f"cannot connect to {path}: {exc.strerror}") from None
-        return sock
 
     def _closed(self, message: str) -> str:
         """``message``, with why ssh ended when the connection went through ssh."""

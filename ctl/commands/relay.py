@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 
-from ..client import ClientError, default_control_socket, default_socket
+from ..client import connect_unix, default_control_socket, default_socket
 
 CHUNK = 256 * 1024  # per read: one syscall moves a whole burst of terminal output
 CONNECT_TIMEOUT = 10.0  # a unix connect blocks only while the listen backlog is full
@@ -36,33 +36,6 @@ def add_parser(sub):
     p.add_argument("--to", choices=("control", "host"), default="control",
                    help="which daemon: clowder-control (default) or the PTY host")
     p.set_defaults(run=run)
-
-
-def connect(path: str, what: str = "clowder-control.socket") -> socket.socket:
-    """A connection to ``path``; ClientError saying why when nothing listens there."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    sock.settimeout(CONNECT_TIMEOUT)
-    try:
-        sock.connect(path)
-    except OSError as exc:
-        sock.close()
-        raise ClientError(_refused(path, exc, what)) from None
-    sock.settimeout(None)
-    return sock
-
-
-def _refused(path: str, exc: OSError, what: str) -> str:
-    """What to tell the user when connecting to ``path`` failed with ``exc``."""
-    if isinstance(exc, FileNotFoundError):
-        return f"nothing listens at {path}: no such socket (is {what} started?)"
-    if isinstance(exc, ConnectionRefusedError):
-        return (f"nothing listens at {path}: connection refused "
-                f"(is {what} started?)")
-    if isinstance(exc, PermissionError):
-        return f"permission denied on {path} (not in the clowder group?)"
-    if isinstance(exc, TimeoutError):
-        return f"{path} accepted no connection within {CONNECT_TIMEOUT:g} s"
-    return f"cannot connect to {path}: {exc.strerror}"
 
 
 def _wait(fd: int, write: bool) -> None:
@@ -120,10 +93,13 @@ def _downstream(sock: socket.socket, stdout: int) -> None:
 def run(args) -> int:
     if args.to == "host":
         # args.socket: clowderctl's own --socket, the PTY host's.
-        sock = connect(args.relay_socket or args.socket or default_socket(),
-                       "clowder-ptyhost.socket")
+        sock = connect_unix(args.relay_socket or args.socket or default_socket(),
+                            CONNECT_TIMEOUT, "clowder-ptyhost.socket")
     else:
-        sock = connect(args.relay_socket or args.control_socket or default_control_socket())
+        sock = connect_unix(args.relay_socket or args.control_socket
+                            or default_control_socket(), CONNECT_TIMEOUT,
+                            "clowder-control.socket")
+    sock.settimeout(None)
     # One blocking copy per direction: a slow reader on one side never holds up the
     # other, no fd that may be shared with a terminal is made non-blocking, and each
     # byte costs one read and one write, with no framing or buffering of ours between.
