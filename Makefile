@@ -7,6 +7,10 @@ STAGE   ?= /opt/clowder-dev/src
 PYTHON  := $(VENV)/bin/python
 APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git
 PYTEST_ARGS ?= -q
+# Which tests `make test` runs, and the name of its systemd instance (several can run
+# side by side under different names, each with its own VENV and STAGE).
+TESTS ?= tests
+INSTANCE ?= clowder-test
 
 .PHONY: deps venv stage test test-unit test-faults demo units clean
 
@@ -39,10 +43,10 @@ test-unit: venv
 test: venv stage
 	python3 tools/sshhost.py fetch  # the ssh test box's debs: instances have no network
 	@if [ "$$(cat /proc/1/comm)" = systemd ]; then \
-	  cd $(STAGE) && $(PYTHON) -m pytest $(PYTEST_ARGS) tests; \
+	  cd $(STAGE) && $(PYTHON) -m pytest $(PYTEST_ARGS) $(TESTS); \
 	else \
-	  cd $(STAGE) && python3 tools/sysinstance.py run --name clowder-test -- \
-	    $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests; \
+	  cd $(STAGE) && python3 tools/sysinstance.py run --name $(INSTANCE) -- \
+	    $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(TESTS); \
 	fi
 
 # The fault suite's full count (the default suite runs a fast subset).
