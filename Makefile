@@ -12,7 +12,11 @@ PYTEST_ARGS ?= -q
 TESTS ?= tests
 INSTANCE ?= clowder-test
 
-.PHONY: deps venv stage test test-unit test-faults demo units clean
+.PHONY: deps venv stage test test-unit test-faults test-soak demo units clean
+
+# CLOWDER_* variables of the caller's environment reach the tests inside the instance
+# (e.g. CLOWDER_SOAK_SECONDS, CLOWDER_FAULT_TRIALS).
+INSTANCE_ENV = $(foreach v,$(filter CLOWDER_%,$(.VARIABLES)),--env $(v)=$($(v)))
 
 # Debian packages the build of systemd-python and the tests need.
 deps:
@@ -45,9 +49,17 @@ test: venv stage
 	@if [ "$$(cat /proc/1/comm)" = systemd ]; then \
 	  cd $(STAGE) && $(PYTHON) -m pytest $(PYTEST_ARGS) $(TESTS); \
 	else \
-	  cd $(STAGE) && python3 tools/sysinstance.py run --name $(INSTANCE) -- \
+	  cd $(STAGE) && python3 tools/sysinstance.py run --name $(INSTANCE) $(INSTANCE_ENV) -- \
 	    $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(TESTS); \
 	fi
+
+# The chaos run at length (a short one is part of `make test`): CLOWDER_SOAK_SECONDS per
+# scope (default 600), CLOWDER_SOAK_SEED to replay a run.  Its soak-report lines are the counts of docs/bench.md.
+test-soak: venv stage
+	cd $(STAGE) && python3 tools/sysinstance.py run --name clowder-soak \
+	  --env CLOWDER_SOAK_SECONDS=$(or $(CLOWDER_SOAK_SECONDS),600) \
+	  $(if $(CLOWDER_SOAK_SEED),--env CLOWDER_SOAK_SEED=$(CLOWDER_SOAK_SEED)) -- \
+	  $(PYTHON) -m pytest -q -s -p no:cacheprovider tests/test_soak.py
 
 # The fault suite's full count (the default suite runs a fast subset).
 test-faults: venv stage

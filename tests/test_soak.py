@@ -1,0 +1,355 @@
+"""Issue 11's chaos run: random real-machine events at random moments against live
+sessions, and at the end nothing may be lost.
+
+Against ten sessions printing numbered lines, an agent of clowder-control doing the
+same, a client typing numbered lines through the real ``clowderctl attach``, short
+sessions that exit with known codes, and two clients that never read, for
+CLOWDER_SOAK_SECONDS (default 75 per scope; ``make test-soak`` runs longer) it throws,
+at random moments: host restart, ``kill -9`` of the host, SIGSTOP/SIGCONT of it (and,
+where the unit has a watchdog, a freeze long enough for systemd to replace it),
+``daemon-reexec``, ``daemon-reload``, a reload hand-off, restart and ``kill -9`` of
+clowder-control, for user units the re-exec of the user manager that a systemd upgrade
+triggers (SIGRTMIN+25 to ``user@UID.service``, what Debian's systemd postinst sends),
+and big pastes into a reading program.
+
+At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
+backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
+code delivered, every kind of event thrown at least once, and the daemons' memory
+within a bound.  The counts are printed as one ``soak-report`` JSON line (``make
+test-soak`` shows it; docs/bench.md keeps a run's).
+
+A new failure mode found elsewhere becomes one more entry in EVENTS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import PYTHON, wait_for
+from test_attach import Attach, attach  # noqa: F401  (the fixture)
+from test_control import Control, agent_yaml
+
+SECONDS = float(os.environ.get("CLOWDER_SOAK_SECONDS", "75"))
+SEED = int(os.environ.get("CLOWDER_SOAK_SEED", str(int(time.time()))))
+ONLY = {e for e in os.environ.get("CLOWDER_SOAK_EVENTS", "").split(",") if e}
+COUNTERS = 10
+PASTE_BYTES = int(os.environ.get("CLOWDER_SOAK_PASTE_BYTES", 1 << 20))
+# Peak resident memory each daemon may reach during the run (their base is ~20-40 MiB;
+# the bound covers ten sessions' terminal models and the clients that never read).
+HOST_RSS_BOUND = 256 << 20
+CONTROL_RSS_BOUND = 192 << 20
+
+COUNTER = ("import sys, time\n"
+           "i = 0\n"
+           "while True:\n"
+           "    i += 1\n"
+           "    sys.stdout.write(f'{TAG}{i}\\n'); sys.stdout.flush()\n"
+           "    time.sleep(0.002)\n")
+# Typed lines come back once each: the tty's echo is off, the program prints them.
+ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
+        "for line in sys.stdin: print(\"got\", line.strip(), flush=True)'")
+
+
+def counter(tag: str) -> list[str]:
+    return [PYTHON, "-c", COUNTER.replace("{TAG}", tag)]
+
+
+def contiguous(data: str, tag: str) -> tuple[int, int]:
+    """(lines held, gaps or duplicates) of ``tag``'s numbered lines in a backlog."""
+    numbers = [int(n) for n in re.findall(rf"^{re.escape(tag)}(\d+)\r$", data, re.M)]
+    bad = sum(1 for a, b in zip(numbers, numbers[1:]) if b != a + 1)
+    return len(numbers), bad
+
+
+def rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * 4096
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0
+
+
+def timespan(text: str) -> float:
+    """Seconds in a systemd timespan as ``systemctl show`` prints it ("1min 30s", "500ms");
+    0 for "0" or "infinity" (no watchdog)."""
+    units = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600}
+    if text in ("", "0", "infinity"):
+        return 0.0
+    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)\s*(us|ms|min|s|h)", text))
+
+
+def never_reading_client(host, sid: str) -> socket.socket:
+    """A client that attaches (raw bytes from the oldest held), asks for the backlog and
+    never reads a byte of what it is sent."""
+    from ptyhostd import protocol as P
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if host.scope == "user":
+        # The user host takes only its own user's connections: connect as that user.
+        os.seteuid(host.uid)  # SO_PEERCRED records the effective uid at connect()
+        try:
+            sock.connect(host.socket)
+        finally:
+            os.seteuid(0)
+    else:
+        sock.connect(host.socket)
+    sock.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION, client="soak never-reads")))
+    for _ in range(50):
+        sock.sendall(P.encode(P.GetBacklog(session=sid)))
+    sock.sendall(P.encode(P.Attach(session=sid, replay=1 << 30)))
+    return sock
+
+
+class Soak:
+    """The workload, the events, and what is counted."""
+
+    def __init__(self, host, control: Control, attach):
+        self.host = host
+        self.control = control
+        self.attach = attach
+        self.rng = random.Random(SEED)
+        self.counts: dict[str, int] = {}
+        self.failed_events: list[str] = []
+        self.pastes: list[tuple[str, str, str]] = []  # (sid, file, sha256)
+        self.exits: dict[str, int] = {}  # sid -> the code it exits with
+        self.typed = 0
+        self.peak = {"host": 0, "control": 0}
+        self.watchdog = timespan(host.show("clowder-ptyhost.service",
+                                           "WatchdogUSec")["WatchdogUSec"])
+
+    # --- the workload -----------------------------------------------------------------
+
+    def start(self) -> None:
+        h = self.host
+        self.counters = {h.spawn(*counter(f"c{i}-"), name=f"soak-c{i}"): f"c{i}-"
+                         for i in range(COUNTERS)}
+        self.pids = {sid: h.ps()[sid]["pid"] for sid in self.counters}
+        self.control.write_config("agents:\n" + agent_yaml(
+            "soak", counter("agent-"), self.control.workdir))
+        agent = self.control.wait_running(["soak"])["soak"]
+        self.agent = (agent["session"], agent["pid"])
+        self.echo = h.spawn("sh", "-c", ECHO, name="soak-echo")
+        self.typist = self.attach(self.echo)
+        self.typist.wait_raw()
+        self.stalled = [never_reading_client(h, next(iter(self.counters)))]
+
+    def type_lines(self, n: int) -> None:
+        for _ in range(n):
+            self.typed += 1
+            try:
+                self.typist.type(f"t{self.typed}\r".encode())
+            except OSError:
+                pytest.fail("the typing client's terminal is gone (clowderctl attach "
+                            f"exited {self.typist.proc.poll()}): "
+                            f"{bytes(self.typist.out[-500:])!r}")
+        self.typist._read(0)
+
+    def sample(self) -> None:
+        for name, unit in (("host", "clowder-ptyhost.service"),
+                           ("control", "clowder-control.service")):
+            pid = int(self.host.show(unit, "MainPID")["MainPID"])
+            if pid:
+                self.peak[name] = max(self.peak[name], rss(pid))
+
+    # --- the events -------------------------------------------------------------------
+
+    def _ctl_unit(self, *args) -> None:
+        self.host.systemctl(*args)
+
+    def restart(self) -> None:
+        self.host.restart()
+
+    def kill9(self) -> None:
+        self.host.kill9()
+
+    def freeze(self) -> None:
+        pid = self.host.main_pid()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            if self.watchdog and self.rng.random() < 0.3:
+                # Frozen until systemd's watchdog replaces it, as a wedged host would be.
+                self.type_lines(3)
+                self.host.wait_ready(pid, timeout=self.watchdog + 30)
+                self.counts["watchdog-replaced"] = self.counts.get("watchdog-replaced", 0) + 1
+                return
+            self.type_lines(3)
+            time.sleep(self.rng.uniform(0.05, 1.5))  # the random length of the freeze
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def reexec(self) -> None:
+        self.host.systemctl("daemon-reexec")
+
+    def reload_units(self) -> None:
+        self.host.systemctl("daemon-reload")
+
+    def user_manager_reexec(self) -> None:
+        # What Debian's systemd postinst does to every user manager on an upgrade.
+        subprocess.run(["systemctl", "kill", "--kill-who=main", "--signal=SIGRTMIN+25",
+                        f"user@{self.host.uid}.service"], check=True)
+
+    def handoff(self) -> None:
+        pid = self.host.main_pid()
+        self.host.systemctl("reload", "clowder-ptyhost.service")
+        # 252's reload returns before READY=1: wait until it is active again.
+        wait_for(lambda: self.host.show("clowder-ptyhost.service", "ActiveState",
+                                        "MainPID") == {"ActiveState": "active",
+                                                       "MainPID": str(pid)},
+                 30, "the host to be active again after the hand-off")
+
+    def control_restart(self) -> None:
+        self.host.systemctl("restart", "clowder-control.service")
+
+    def control_kill9(self) -> None:
+        pid = int(self.host.show("clowder-control.service", "MainPID")["MainPID"])
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+
+    def paste(self) -> None:
+        n = len(self.pastes)
+        path = f"/tmp/soak-paste-{os.getpid()}-{n}"
+        data = self.rng.randbytes(PASTE_BYTES)
+        sid = self.host.spawn("sh", "-c", f"stty raw -echo; echo paste-ready; "
+                              f"exec head -c {len(data)} > {path}", name=f"soak-paste{n}")
+        # Bytes sent before stty has made the terminal raw would be line-edited.
+        wait_for(lambda: b"paste-ready" in self.host.backlog(sid), 30,
+                 f"paste sink {sid} to make its terminal raw")
+        # The real client, as a user pipes a file in; the ring and the pty carry it.
+        self.host.ctl("send", sid, input=data)
+        self.pastes.append((sid, path, hashlib.sha256(data).hexdigest()))
+
+    def exiter(self) -> None:
+        code = self.rng.randrange(1, 120)
+        delay = self.rng.uniform(0.0, 2.0)
+        sid = self.host.spawn("sh", "-c", f"sleep {delay:.2f}; exit {code}",
+                              name=f"soak-exit{len(self.exits)}")
+        self.exits[sid] = code
+
+    def events(self) -> dict:
+        ev = {"restart": self.restart, "kill-9": self.kill9, "sigstop": self.freeze,
+              "daemon-reexec": self.reexec, "daemon-reload": self.reload_units,
+              "handoff": self.handoff, "control-restart": self.control_restart,
+              "control-kill-9": self.control_kill9, "paste": self.paste,
+              "exit": self.exiter}
+        if self.host.scope == "user":
+            ev["user-manager-reexec"] = self.user_manager_reexec
+        if ONLY:  # to replay one failure mode; the default run throws every kind
+            ev = {k: v for k, v in ev.items() if k in ONLY}
+        return ev
+
+    # --- the run ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        events = self.events()
+        names = sorted(events)
+        deadline = time.monotonic() + SECONDS
+        order: list[str] = []
+        while time.monotonic() < deadline or len(set(order)) < len(names):
+            # Every kind at least once (first a shuffled round), then at random.
+            pending = [n for n in names if n not in order]
+            name = self.rng.choice(pending) if len(order) < len(names) and pending \
+                else self.rng.choice(names)
+            order.append(name)
+            self.type_lines(self.rng.randrange(1, 6))
+            time.sleep(self.rng.uniform(0.0, 0.4))  # the random moment
+            try:
+                events[name]()
+            except BaseException as exc:  # pytest.fail too: counted, then re-raised
+                self.failed_events.append(f"{name}: {exc}")
+                raise
+            self.counts[name] = self.counts.get(name, 0) + 1
+            self.type_lines(self.rng.randrange(1, 4))  # typed right after the event
+            self.sample()
+
+    # --- the verdict ------------------------------------------------------------------
+
+    def verdict(self) -> dict:
+        h = self.host
+        h.wait_ready()
+        self.control.wait_running(["soak"], timeout=60)
+        report = {"scope": h.scope, "seed": SEED, "seconds": SECONDS, "events": self.counts,
+                  "typed": self.typed, "pastes": len(self.pastes), "exits": len(self.exits),
+                  "peak_rss_mib": {k: round(v / (1 << 20), 1) for k, v in self.peak.items()}}
+        ps = h.ps()
+        report["sessions_lost"] = sum(
+            1 for sid, pid in self.pids.items()
+            if ps.get(sid, {}).get("pid") != pid or ps[sid]["state"] != "running")
+        agent = self.control.agents()["soak"]
+        report["agent_respawned"] = int((agent["session"], agent["pid"]) != self.agent)
+        gaps, held = 0, 0
+        for sid, tag in list(self.counters.items()) + [(self.agent[0], "agent-")]:
+            n, bad = contiguous(h.backlog(sid).decode(errors="replace"), tag)
+            held += n
+            gaps += bad
+        report["lines_checked"], report["gaps_or_duplicates"] = held, gaps
+        # Every typed line, once, in order.
+        want = [f"t{i}" for i in range(1, self.typed + 1)]
+        got = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            got = re.findall(r"got (t\d+)\r\n", h.backlog(self.echo).decode(errors="replace"))
+            if len(got) >= len(want):
+                break
+            self.typist._read(0.2)
+        report["typed_missing"] = len(set(want) - set(got))
+        report["typed_duplicated"] = len(got) - len(set(got))
+        report["typed_out_of_order"] = int(got != sorted(got, key=lambda t: int(t[1:])))
+        bad_pastes = 0
+        for sid, path, digest in self.pastes:
+            h.ctl("wait", sid, check=False, timeout=60)
+            try:
+                with open(path, "rb") as f:
+                    bad_pastes += hashlib.sha256(f.read()).hexdigest() != digest
+            except FileNotFoundError:
+                bad_pastes += 1
+        report["pastes_not_whole"] = bad_pastes
+        wrong = 0
+        for sid, code in self.exits.items():
+            r = h.ctl("wait", sid, check=False, timeout=60)
+            wrong += r.returncode != code
+        report["exit_codes_wrong"] = wrong
+        return report
+
+    def stop(self) -> None:
+        for sock in self.stalled:
+            sock.close()
+        for _sid, path, _digest in self.pastes:
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def test_chaos_run_loses_nothing(host, attach):
+    control = Control(host)
+    host.drop_in("[Service]\nEnvironment=CLOWDER_BACKLOG_BYTES=67108864\n")
+    host.restart()
+    soak = Soak(host, control, attach)
+    try:
+        soak.start()
+        soak.run()
+        report = soak.verdict()
+    finally:
+        soak.stop()
+        for path in (control.config, control.registry, control.registry + ".prev"):
+            if os.path.exists(path):
+                os.unlink(path)
+    print("soak-report " + json.dumps(report, sort_keys=True))
+    assert set(soak.counts) >= set(soak.events()), "an event kind was never thrown"
+    zero = {k: report[k] for k in ("sessions_lost", "agent_respawned", "gaps_or_duplicates",
+                                   "typed_missing", "typed_duplicated", "typed_out_of_order",
+                                   "pastes_not_whole", "exit_codes_wrong")}
+    assert zero == dict.fromkeys(zero, 0), f"the chaos run lost something: {report}"
+    assert report["lines_checked"] > COUNTERS * 100, f"too few lines to judge: {report}"
+    assert soak.peak["host"] < HOST_RSS_BOUND and soak.peak["control"] < CONTROL_RSS_BOUND, \
+        f"daemon memory over its bound: {report}"
