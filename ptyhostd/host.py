@@ -341,17 +341,18 @@ class Host:
                        if s.uid == uid and s.state in ("starting", "running"))
             limit = self.config.max_sessions_per_user
             if mine >= limit:
-                raise RequestError(
-                    f"uid {uid} already has {mine} running sessions, the most one user may "
-                    f"have (--max-sessions-per-user / CLOWDER_MAX_SESSIONS_PER_USER={limit} "
-                    f"on clowder-ptyhost.service); end one first", "limit")
+                text = (f"uid {uid} already has {mine} running sessions, the most one user "
+                        f"may have (--max-sessions-per-user / CLOWDER_MAX_SESSIONS_PER_USER="
+                        f"{limit} on clowder-ptyhost.service); end one first")
+                _log_refusal("user-limit", text, key=f"user-limit-{uid}")
+                raise RequestError(text, "limit")
         if fdstore.under_systemd():
             ours = fdstore.store_slots(len(self.sessions), sum(
                 1 for s in self.sessions.values() if s.master is not None))
             # systemd's own count covers parks and removals it has not processed yet.
             full = fdstore.store_full(max(ours, held), capacity)
             if full:
-                log.warning("spawn refused: %s", full, extra={"CLOWDER_CAUSE": "store-full"})
+                _log_refusal("store-full", full)
                 raise RequestError(full, "capacity")
         if fdstore.fds_short(len(self.sessions)):
             raise RequestError(self._out_of_fds("a new session"), "capacity")
@@ -422,9 +423,9 @@ class Host:
         return s
 
     def _out_of_fds(self, what: str) -> str:
-        """The refusal for a spawn that found the host's fd table full, logged once."""
+        """The refusal for a spawn that found the host's fd table full, logged."""
         text = fdstore.out_of_fds(what)
-        log.warning("spawn refused: %s", text, extra={"CLOWDER_CAUSE": "out-of-fds"})
+        _log_refusal("out-of-fds", text)
         return text
 
     def _run_as(self, user: Optional[str], client_uid: int) -> tuple[Optional[str], int]:
@@ -615,6 +616,19 @@ class Host:
             except ManagerError as exc:
                 log.error("session %s: stopping: %s", s.id, exc)
         await self._end(s, state, "the host was stopped", persist=False)
+
+
+# A client that retries a refused spawn in a loop must not flood the journal.
+REFUSAL_LOG_INTERVAL = 10.0
+_refusals_logged: dict[str, float] = {}
+
+
+def _log_refusal(cause: str, text: str, key: str = "") -> None:
+    """Log why spawns are refused, at most once per interval for each cause (``key``)."""
+    now, key = time.monotonic(), key or cause
+    if now - _refusals_logged.get(key, -REFUSAL_LOG_INTERVAL) >= REFUSAL_LOG_INTERVAL:
+        _refusals_logged[key] = now
+        log.warning("spawn refused: %s", text, extra={"CLOWDER_CAUSE": cause})
 
 
 def _check_argv(argv) -> list[str]:
