@@ -86,14 +86,23 @@ def store_slots(sessions: int, masters: int) -> int:
     return STORE_FIXED + masters * STORE_PER_SESSION + (sessions - masters) * STORE_PER_ENDED
 
 
-def store_full(used: int, capacity: int) -> str:
-    """Why a spawn cannot be parked, or "" if it can (``used`` of ``capacity`` slots)."""
+def store_full(ours: int, held: int, capacity: int) -> str:
+    """Why a spawn cannot be parked, or "" if it can: ``ours`` entries parked by our
+    count, ``held`` by systemd's (it also counts parks and removals not yet processed)."""
+    used = max(ours, held)
     if used + STORE_PER_SESSION <= capacity:
         return ""
-    return (f"the PTY host's FD store is full: {used} of {capacity} slots used, a session "
+    text = (f"the PTY host's FD store is full: {used} of {capacity} slots used, a session "
             f"needs {STORE_PER_SESSION} (FileDescriptorStoreMax={capacity}); raise "
             f"FileDescriptorStoreMax= in a drop-in for clowder-ptyhost.service and run "
             f"systemctl daemon-reload, or remove ended sessions (clowderctl rm)")
+    if ours > capacity:
+        # Measured on 252: a daemon-reload that lowers the max below the count closes
+        # parked fds at once; their sessions would not come back after a restart.
+        text += (f"; systemd has already closed {ours - capacity} parked fds (the max was "
+                 f"lowered below what was parked): some sessions will not survive a "
+                 f"restart of the host")
+    return text
 
 
 def out_of_fds(what: str) -> str:

@@ -349,8 +349,7 @@ class Host:
         if fdstore.under_systemd():
             ours = fdstore.store_slots(len(self.sessions), sum(
                 1 for s in self.sessions.values() if s.master is not None))
-            # systemd's own count covers parks and removals it has not processed yet.
-            full = fdstore.store_full(max(ours, held), capacity)
+            full = fdstore.store_full(ours, held, capacity)
             if full:
                 _log_refusal("store-full", full)
                 raise RequestError(full, "capacity")

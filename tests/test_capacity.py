@@ -152,3 +152,15 @@ def test_refusal_before_hello_is_a_protocol_error(host):
     finally:
         for s in held:
             s.close()
+
+
+def test_max_lowered_below_what_is_parked_is_reported(host):
+    """A daemon-reload that lowers the max below the count makes systemd close parked
+    fds at once (measured on 252): the next spawn is refused and says so."""
+    for _ in range(2):
+        host.spawn("sleep", "100000")
+    wait_for(lambda: stored(host)[0] == 6, 10, "systemd to hold 2 manifests + 2 sessions")
+    host.drop_in("[Service]\nFileDescriptorStoreMax=4\n")
+    assert stored(host)[0] == 4
+    err = spawn_refused(host, "true")
+    assert "6 of 4" in err and "already closed 2 parked fds" in err, err
