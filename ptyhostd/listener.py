@@ -23,6 +23,7 @@ log = logging.getLogger("ptyhostd")
 
 BATCH = 100  # connections accepted per wake-up, as asyncio does
 RETRY = 1.0  # seconds before accepting again when even the reserve fd is gone
+LOG_INTERVAL = 10.0  # seconds between two "refusing clients" lines
 
 
 class Listener:
@@ -34,7 +35,9 @@ class Listener:
         self._sock = sock
         self._factory = factory
         self._reserve: Optional[int] = None
-        self._short = False  # refusing clients for lack of fds (logged once)
+        self._short = False  # refusing clients for lack of fds
+        self._warned = -LOG_INTERVAL  # when an episode was last logged
+        self._logged = False  # whether this episode was (so its end is logged too)
         self._tasks: set[asyncio.Task] = set()
         sock.setblocking(False)
         self._take_reserve()
@@ -64,8 +67,10 @@ class Listener:
                 continue
             if self._short:
                 self._short = False
-                log.info("file descriptors available again: accepting clients",
-                         extra={"CLOWDER_CAUSE": "fds-available"})
+                if self._logged:
+                    self._logged = False
+                    log.info("file descriptors available again: accepting clients",
+                             extra={"CLOWDER_CAUSE": "fds-available"})
             conn.setblocking(False)
             task = self._loop.create_task(
                 self._loop.connect_accepted_socket(self._factory, conn))
@@ -82,9 +87,13 @@ class Listener:
         """Accept one waiting client on the reserve fd and tell it why it cannot be
         served; False if that was not possible either (no reserve, nobody waiting)."""
         text = fdstore.out_of_fds("a new connection")
-        if not self._short:
-            self._short = True
+        now = self._loop.time()
+        # Once per episode, and episodes at most every LOG_INTERVAL: a client that
+        # connects and leaves in a loop at the edge must not flood the journal either.
+        if not self._short and now - self._warned >= LOG_INTERVAL:
+            self._warned, self._logged = now, True
             log.warning("refusing clients: %s", text, extra={"CLOWDER_CAUSE": "out-of-fds"})
+        self._short = True
         if self._reserve is None:
             self._take_reserve()
             return False
