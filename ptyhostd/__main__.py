@@ -26,6 +26,7 @@ import socket  # noqa: E402
 from . import __version__, fdstore, handoff  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
+from .listener import Listener  # noqa: E402
 from .log import setup as setup_logging  # noqa: E402
 from .manifest import SLOTS  # noqa: E402
 
@@ -43,6 +44,9 @@ def _parse(argv):
     p.add_argument("--backlog-bytes", type=int,
                    default=int(os.environ.get("CLOWDER_BACKLOG_BYTES", 4 << 20)),
                    help="raw output kept per session (default 4 MiB)")
+    p.add_argument("--max-sessions-per-user", type=int,
+                   default=int(os.environ.get("CLOWDER_MAX_SESSIONS_PER_USER", 1024)),
+                   help="running sessions a non-root user may have (default 1024)")
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
     p.add_argument("--check-handoff", action="store_true",
                    help="(internal) dry-run restore of a running host's state, for reload")
@@ -51,6 +55,8 @@ def _parse(argv):
         args.user = os.getuid() != 0
     if args.backlog_bytes < 4096:
         p.error("--backlog-bytes must be at least 4096")
+    if args.max_sessions_per_user < 1:
+        p.error("--max-sessions-per-user must be at least 1")
     return args
 
 
@@ -85,11 +91,11 @@ async def _serve(args) -> None:
     listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
-                                   user_manager=args.user), parked)
+                                   user_manager=args.user,
+                                   max_sessions_per_user=args.max_sessions_per_user), parked)
+    # Never closed or unlinked by us: systemd owns the socket and keeps it bound.
     for sock in listeners:
-        sock.setblocking(False)
-        # Never closed or unlinked by us: systemd owns the socket and keeps it bound.
-        await loop.create_unix_server(lambda: Connection(host), sock=sock)
+        Listener(loop, sock, lambda: Connection(host))  # lives as the loop's reader
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)

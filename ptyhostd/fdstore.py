@@ -9,12 +9,36 @@ closes the parked one: ending a session needs ``unpark`` too.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import resource
 
 from systemd import daemon
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
+
+# What the host keeps, counted in one place: whoever parks a new kind of fd changes these.
+# In systemd's store: per session its pty master ``m.<id>`` and its backlog ring
+# ``r.<id>``; an ended session keeps only its ring until it is forgotten; once,
+# ``manifest.a`` and ``manifest.b``.
+STORE_PER_SESSION = 2
+STORE_PER_ENDED = 1
+STORE_FIXED = 2
+# Open in the host process: per session the master, the ring and the pidfd; during a
+# spawn the pty's slave too; during a hand-off the screens memfd (it crosses the exec
+# inherited, never through the store: if it is ever parked, count it in STORE_FIXED).
+# The unit's numbers agree: FileDescriptorStoreMax=16384 holds 8,191 sessions, which
+# hold 24,573 of the LimitNOFILE=65536 fds.
+HOST_PER_SESSION = 3
+HOST_SPAWNING = 4  # master, slave, ring, pidfd
+HOST_HANDOFF = 1
+# fds kept free for what is not a session: client connections, D-Bus, the journal.
+HOST_SPARE = 16
+
+
+# The errnos of a full fd table: ours (EMFILE) or the whole system's (ENFILE).
+EXHAUSTED = (errno.EMFILE, errno.ENFILE)
 
 
 class FdStoreError(Exception):
@@ -55,3 +79,45 @@ def inherited() -> dict[str, list[int]]:
         os.set_inheritable(fd, False)
         by_name.setdefault(name, []).append(fd)
     return by_name
+
+
+def store_slots(sessions: int, masters: int) -> int:
+    """Store entries parked for ``sessions``, ``masters`` of which still hold their pty."""
+    return STORE_FIXED + masters * STORE_PER_SESSION + (sessions - masters) * STORE_PER_ENDED
+
+
+def store_full(ours: int, held: int, capacity: int) -> str:
+    """Why a spawn cannot be parked, or "" if it can: ``ours`` entries parked by our
+    count, ``held`` by systemd's (it also counts parks and removals not yet processed)."""
+    used = max(ours, held)
+    if used + STORE_PER_SESSION <= capacity:
+        return ""
+    text = (f"the PTY host's FD store is full: {used} of {capacity} slots used, a session "
+            f"needs {STORE_PER_SESSION} (FileDescriptorStoreMax={capacity}); raise "
+            f"FileDescriptorStoreMax= in a drop-in for clowder-ptyhost.service and run "
+            f"systemctl daemon-reload, or remove ended sessions (clowderctl rm)")
+    if ours > capacity:
+        # Measured on 252: a daemon-reload that lowers the max below the count closes
+        # parked fds at once; their sessions would not come back after a restart.
+        text += (f"; systemd has already closed {ours - capacity} parked fds (the max was "
+                 f"lowered below what was parked): some sessions will not survive a "
+                 f"restart of the host")
+    return text
+
+
+def out_of_fds(what: str) -> str:
+    """The refusal when the host process has no fds left (EMFILE/ENFILE)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (f"the PTY host has no file descriptors left (LimitNOFILE={soft}) for {what}; "
+            f"end some sessions or connections, or raise LimitNOFILE= in a drop-in for "
+            f"clowder-ptyhost.service and restart it")
+
+
+def fds_short(sessions: int) -> bool:
+    """Whether the host process lacks the fds a spawn takes, beyond its spare ones."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or sessions * HOST_PER_SESSION + 1024 < soft // 2:
+        return False  # far from the limit: not worth listing thousands of fds
+    # /proc/self/fd lists every open fd; its lowest free number would not tell a full
+    # table from a fragmented one.
+    return len(os.listdir("/proc/self/fd")) + HOST_SPAWNING + HOST_HANDOFF + HOST_SPARE > soft

@@ -40,6 +40,9 @@ class Config:
     backlog_bytes: int = 4 << 20
     max_exited: int = 256  # ended sessions kept for ps/wait/backlog before the oldest go
     user_manager: bool = False
+    # Running sessions one non-root uid may have: one user takes at most 1/8 of the
+    # store's 8,191 sessions (FileDescriptorStoreMax=16384, two fds each).
+    max_sessions_per_user: int = 1024
 
 
 AFTER_START = 0.5  # seconds from serving to the start's background checks
@@ -311,7 +314,10 @@ class Host:
     # --- spawn --------------------------------------------------------------------------
 
     async def spawn(self, req: protocol.Spawn, client_uid: int) -> Session:
-        """Start a session for a client; raises RequestError with a reason it can show."""
+        """Start a session for a client; raises RequestError with a reason it can show.
+
+        Nothing starts that could not be kept: a session the FD store has no room for
+        would be lost at the next crash (systemd closes what is parked past its max)."""
         argv = _check_argv(req.argv)
         env = _check_env(req.env)
         if not pty.valid_size(req.cols, req.rows):
@@ -320,20 +326,54 @@ class Host:
             raise RequestError(f"working directory must be absolute: {req.cwd!r}",
                                "bad-request")
         user, uid = self._run_as(req.user, client_uid)
-        sid = secrets.token_hex(4)
-        while sid in self.sessions:
-            sid = secrets.token_hex(4)
-        name = req.name or sid
+        name = req.name or ""
         if len(name) > 200 or any(ord(c) < 32 for c in name):
             raise RequestError("a session name must be printable and at most 200 characters",
                                "bad-request")
+        if fdstore.under_systemd():
+            try:
+                capacity, held = await self.manager.fd_store()
+            except ManagerError as exc:
+                raise RequestError(f"cannot start {argv[0]!r}: {exc}", "spawn") from exc
+        # From here to the table entry nothing awaits: concurrent spawns count each other.
+        if client_uid != 0:
+            mine = sum(1 for s in self.sessions.values()
+                       if s.uid == uid and s.state in ("starting", "running"))
+            limit = self.config.max_sessions_per_user
+            if mine >= limit:
+                text = (f"uid {uid} already has {mine} running sessions, the most one user "
+                        f"may have (--max-sessions-per-user / CLOWDER_MAX_SESSIONS_PER_USER="
+                        f"{limit} on clowder-ptyhost.service); end one first")
+                _log_refusal("user-limit", text, key=f"user-limit-{uid}")
+                raise RequestError(text, "limit")
+        if fdstore.under_systemd():
+            ours = fdstore.store_slots(len(self.sessions), sum(
+                1 for s in self.sessions.values() if s.master is not None))
+            full = fdstore.store_full(ours, held, capacity)
+            if full:
+                _log_refusal("store-full", full)
+                raise RequestError(full, "capacity")
+        if fdstore.fds_short(len(self.sessions)):
+            raise RequestError(self._out_of_fds("a new session"), "capacity")
+        sid = secrets.token_hex(4)
+        while sid in self.sessions:
+            sid = secrets.token_hex(4)
+        name = name or sid
         try:
             master, slave, tty = pty.open_pair(sid)
         except pty.PtyError as exc:
+            if exc.errno in fdstore.EXHAUSTED:
+                raise RequestError(self._out_of_fds("a pty"), "capacity") from exc
             raise RequestError(str(exc), "pty") from exc
         try:
             pty.set_size(master.fd, req.cols, req.rows)
             ring = Ring.create(sid, self.config.backlog_bytes)
+        except OSError as exc:
+            master.close()
+            slave.close()
+            if exc.errno in fdstore.EXHAUSTED:
+                raise RequestError(self._out_of_fds("a backlog ring"), "capacity") from exc
+            raise
         except Exception:
             master.close()
             slave.close()
@@ -366,11 +406,26 @@ class Host:
                                f"{reason or f'systemd start job {result} ({state.result})'}",
                                "spawn")
         s.set_state("running", f"started by uid {client_uid}")
-        if not state.main_pid or not s.watch_pid(self.pidwatch, state.main_pid,
-                                                 lambda: self._on_pid_exit(s)):
+        try:
+            watched = bool(state.main_pid) and s.watch_pid(self.pidwatch, state.main_pid,
+                                                           lambda: self._on_pid_exit(s))
+        except OSError as exc:
+            # No pidfd, no way to see the end: refuse rather than keep a session whose
+            # exit would never be noticed.
+            if exc.errno not in fdstore.EXHAUSTED:
+                raise
+            await self._discard(s, "no fd left for its pidfd")
+            raise RequestError(self._out_of_fds("the session's pidfd"), "capacity") from exc
+        if not watched:
             self._on_pid_exit(s)
         self.save()
         return s
+
+    def _out_of_fds(self, what: str) -> str:
+        """The refusal for a spawn that found the host's fd table full, logged."""
+        text = fdstore.out_of_fds(what)
+        _log_refusal("out-of-fds", text)
+        return text
 
     def _run_as(self, user: Optional[str], client_uid: int) -> tuple[Optional[str], int]:
         """(User= for the session, the uid that owns it), enforcing who may ask for whom."""
@@ -560,6 +615,19 @@ class Host:
             except ManagerError as exc:
                 log.error("session %s: stopping: %s", s.id, exc)
         await self._end(s, state, "the host was stopped", persist=False)
+
+
+# A client that retries a refused spawn in a loop must not flood the journal.
+REFUSAL_LOG_INTERVAL = 10.0
+_refusals_logged: dict[str, float] = {}
+
+
+def _log_refusal(cause: str, text: str, key: str = "") -> None:
+    """Log why spawns are refused, at most once per interval for each cause (``key``)."""
+    now, key = time.monotonic(), key or cause
+    if now - _refusals_logged.get(key, -REFUSAL_LOG_INTERVAL) >= REFUSAL_LOG_INTERVAL:
+        _refusals_logged[key] = now
+        log.warning("spawn refused: %s", text, extra={"CLOWDER_CAUSE": cause})
 
 
 def _check_argv(argv) -> list[str]:

@@ -314,3 +314,13 @@ class Manager:
         jaddr = DBusAddress(job_path, bus_name=_SYSTEMD, interface=_PROPS)
         (jtype,) = await self._call(jaddr, "Get", "ss", (_SYSTEMD + ".Job", "JobType"))
         return jtype[1]
+
+    async def fd_store(self) -> tuple[int, int]:
+        """(FileDescriptorStoreMax, NFileDescriptorStore) of our own unit, as systemd has
+        them now: a daemon-reload changes the max of the running service at once."""
+        (path,) = await self._call(_MANAGER, "GetUnitByPID", "u", (os.getpid(),),
+                                   what="finding our own unit")
+        addr = DBusAddress(path, bus_name=_SYSTEMD, interface=_PROPS)
+        (props,) = await self._call(addr, "GetAll", "s", (_SYSTEMD + ".Service",),
+                                    what="reading our FD store's size")
+        return int(props["FileDescriptorStoreMax"][1]), int(props["NFileDescriptorStore"][1])

@@ -31,6 +31,9 @@ def open_pair(sid: str) -> tuple[Fd, Fd, str]:
         master = Fd(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC
                             | os.O_NONBLOCK), f"pty master {sid}")
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:  # the kernel's pty count, not our fd table
+            raise PtyError(exc.errno, f"the system has no ptys left for session {sid} "
+                                      f"(sysctl kernel.pty.max)") from exc
         raise PtyError(exc.errno, f"opening /dev/ptmx for session {sid}: {exc.strerror}")
     try:
         fcntl.ioctl(master.fd, TIOCSPTLCK, struct.pack("i", 0))

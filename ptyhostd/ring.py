@@ -62,7 +62,12 @@ class Ring:
         """A new, empty ring of ``capacity`` bytes."""
         if capacity < 4096:
             raise ValueError(f"backlog capacity {capacity} is below 4096 bytes")
-        fd = Fd(os.memfd_create(f"clowder-ring-{name}", os.MFD_CLOEXEC), f"ring {name}")
+        try:
+            fd = Fd(os.memfd_create(f"clowder-ring-{name}", os.MFD_CLOEXEC), f"ring {name}")
+        except OSError as exc:
+            # The errno stays: EMFILE/ENFILE is the host's fd table, refused as such.
+            raise OSError(exc.errno, f"creating the backlog ring of {name}: "
+                                     f"{exc.strerror}") from exc
         try:
             os.ftruncate(fd.fd, DATA + capacity)
             mm = mmap.mmap(fd.fd, DATA + capacity)

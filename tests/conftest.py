@@ -192,7 +192,8 @@ class Env:
         with open(path, "w") as f:
             f.write(body)
         os.chmod(path, 0o644)
-        self.drop_ins.append(path)
+        if path not in self.drop_ins:  # a second drop_in rewrites the same file
+            self.drop_ins.append(path)
         self.systemctl("daemon-reload")
 
     def remove_drop_ins(self) -> None:

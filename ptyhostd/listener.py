@@ -1,0 +1,129 @@
+"""The listening socket: accepting clients, and refusing them clearly when out of fds.
+
+asyncio's own accept loop, at EMFILE/ENFILE, logs "socket.accept() out of system
+resource" with a traceback through the loop's exception handler, stops accepting for a
+second and tries again: a traceback a second in the journal for as long as the host is
+short, and clients left waiting in the backlog with no answer.  Here one fd is kept in
+reserve instead: at EMFILE it is given up for a moment to accept the waiting client,
+tell it why in a fatal Error frame, and close it; the journal gets one line per episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+from typing import Callable, Optional
+
+from . import fdstore, protocol
+
+log = logging.getLogger("ptyhostd")
+
+BATCH = 100  # connections accepted per wake-up, as asyncio does
+RETRY = 1.0  # seconds before accepting again when even the reserve fd is gone
+LOG_INTERVAL = 10.0  # seconds between two "refusing clients" lines
+
+
+class Listener:
+    """Serves one listening socket with protocols made by ``factory``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                 factory: Callable[[], asyncio.Protocol]):
+        self._loop = loop
+        self._sock = sock
+        self._factory = factory
+        self._reserve: Optional[int] = None
+        self._short = False  # refusing clients for lack of fds
+        self._warned = -LOG_INTERVAL  # when an episode was last logged
+        self._logged = False  # whether this episode was (so its end is logged too)
+        self._tasks: set[asyncio.Task] = set()
+        sock.setblocking(False)
+        self._take_reserve()
+        loop.add_reader(sock.fileno(), self._accept)
+
+    def _take_reserve(self) -> None:
+        if self._reserve is None:
+            try:
+                self._reserve = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._reserve = None  # retried after the next refusal
+
+    def _accept(self) -> None:
+        for _ in range(BATCH):
+            try:
+                conn, _addr = self._sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno not in fdstore.EXHAUSTED + (errno.ENOBUFS, errno.ENOMEM):
+                    log.error("accepting a client: %s", exc,
+                              extra={"CLOWDER_CAUSE": "accept-failed"})
+                    return
+                if not self._refuse_one():
+                    self._pause()
+                    return
+                continue
+            if self._short:
+                self._short = False
+                if self._logged:
+                    self._logged = False
+                    log.info("file descriptors available again: accepting clients",
+                             extra={"CLOWDER_CAUSE": "fds-available"})
+            conn.setblocking(False)
+            task = self._loop.create_task(
+                self._loop.connect_accepted_socket(self._factory, conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._connected)
+
+    def _connected(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("setting up a client connection: %r", task.exception(),
+                      extra={"CLOWDER_CAUSE": "accept-failed"})
+
+    def _refuse_one(self) -> bool:
+        """Accept one waiting client on the reserve fd and tell it why it cannot be
+        served; False if that was not possible either (no reserve, nobody waiting)."""
+        text = fdstore.out_of_fds("a new connection")
+        now = self._loop.time()
+        # Once per episode, and episodes at most every LOG_INTERVAL: a client that
+        # connects and leaves in a loop at the edge must not flood the journal either.
+        if not self._short and now - self._warned >= LOG_INTERVAL:
+            self._warned, self._logged = now, True
+            log.warning("refusing clients: %s", text, extra={"CLOWDER_CAUSE": "out-of-fds"})
+        self._short = True
+        if self._reserve is None:
+            self._take_reserve()
+            return False
+        os.close(self._reserve)
+        self._reserve = None
+        try:
+            conn, _addr = self._sock.accept()
+        except OSError:
+            self._take_reserve()
+            return False
+        try:
+            conn.setblocking(False)
+            try:
+                conn.recv(65536)  # its Hello: closing with it unread would reset the peer
+            except OSError:
+                pass
+            conn.send(protocol.encode(protocol.Error(message=text, code="capacity",
+                                                     fatal=True)))
+        except OSError:
+            pass  # the client went away; nothing more to tell it
+        finally:
+            conn.close()
+            self._take_reserve()
+        return True
+
+    def _pause(self) -> None:
+        """Stop polling a socket we cannot accept from (it stays readable), for a while."""
+        self._loop.remove_reader(self._sock.fileno())
+        self._loop.call_later(RETRY, self._resume)
+
+    def _resume(self) -> None:
+        self._loop.add_reader(self._sock.fileno(), self._accept)
+        self._accept()

@@ -1,0 +1,57 @@
+"""One user cannot exhaust the PTY host for everyone (system scope): a non-root user's
+running sessions are capped (``CLOWDER_MAX_SESSIONS_PER_USER``); past the cap that user
+is refused clearly while other users and root still spawn."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from conftest import Env, ensure_user, wait_for
+
+LIMIT = 3
+
+
+@pytest.fixture
+def system_host(systemd_required):
+    env = Env("system")
+    env.stop_all()
+    env.install()
+    subprocess.run(["getent", "group", "clowder"], check=True, capture_output=True)
+    ensure_user("alice", 2001, "clowder")
+    ensure_user("bob", 2002, "clowder")
+    env.drop_in(f"[Service]\nEnvironment=CLOWDER_MAX_SESSIONS_PER_USER={LIMIT}\n")
+    env.start()
+    yield env
+    env.stop_all()
+    env.remove_drop_ins()
+    assert env.session_units() == []
+
+
+def test_one_user_is_capped_others_are_not(system_host):
+    h = system_host
+    mine = [h.spawn("sleep", "100000", user="alice", cwd="/home/alice") for _ in range(LIMIT)]
+    proc = h.ctl("spawn", "--cwd", "/home/alice", "--", "sleep", "100000", user="alice",
+                 check=False)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode != 0, "alice got a session past her limit"
+    assert f"{LIMIT} running sessions" in err and "CLOWDER_MAX_SESSIONS_PER_USER" in err, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert len(h.ps(user="alice")) == LIMIT
+    # Others are not affected: bob, and root (also on alice's behalf).
+    theirs = h.spawn("sleep", "100000", user="bob", cwd="/home/bob")
+    root = h.spawn("sleep", "100000")
+    as_alice = h.ctl("spawn", "--user", "alice", "--cwd", "/", "--", "sleep",
+                     "100000").stdout.decode().strip()
+    ps = h.ps()
+    for sid in (theirs, root, as_alice, *mine):
+        assert ps[sid]["state"] == "running", ps[sid]
+    # The cap counts running sessions: one of alice's ends, and she may spawn again.
+    h.ctl("kill", mine[0], user="alice")
+    h.ctl("kill", as_alice)
+    wait_for(lambda: h.ps(user="alice")[mine[0]]["state"] != "running", 10,
+             "alice's killed session to end")
+    wait_for(lambda: h.ps(user="alice")[as_alice]["state"] != "running", 10,
+             "the session root started for alice to end")
+    h.spawn("sleep", "100000", user="alice", cwd="/home/alice")
