@@ -25,7 +25,7 @@ import struct
 import subprocess
 import sys
 
-from . import __version__
+from . import __version__, faults
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 
@@ -80,6 +80,7 @@ _LEN = struct.Struct("<Q")
 
 def pack_screens(screens: dict[str, dict]) -> int:
     """A memfd holding each session's repaint bytes: {id: {"pos", "cols", "rows", "vt"}}."""
+    faults.maybe_fail("screens")
     index, blobs, offset = {}, [], 0
     for sid, sc in screens.items():
         index[sid] = {"pos": sc["pos"], "cols": sc["cols"], "rows": sc["rows"],
@@ -141,6 +142,7 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
     """Run the installed code's check on a copy of our state; its report, or HandoffError."""
     copies = {}
     try:
+        faults.maybe_fail("check")  # as when no memfd can be made (EMFILE)
         for slot, holder in manifest.fds.items():
             copy = os.memfd_create(f"clowder-check-{slot}", os.MFD_CLOEXEC)
             data = os.pread(holder.fileno(), 1 << 30, 0)
@@ -183,6 +185,7 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
 def execute(keep: dict[str, list[int]]) -> None:
     """Exec the installed code with ``keep`` inherited; returns only if the exec failed."""
     fds = [fd for group in keep.values() for fd in group]
+    faults.maybe_fail("exec")  # as when an fd to keep is already closed (EBADF)
     for fd in fds:
         os.set_inheritable(fd, True)
     os.environ[ENV] = encode_fds(keep)

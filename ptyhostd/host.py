@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from . import fdstore, handoff, protocol, pty
+from . import faults, fdstore, handoff, protocol, pty
 from .fd import Fd
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
@@ -193,6 +193,7 @@ class Host:
         """Take the parked fds of one session back; the session if systemd must be asked
         how it is (its program is not found running in its unit), else None."""
         sid = rec["id"]
+        faults.maybe_fail("adopt", sid)
         for extra in master_fds[1:] + ring_fds[1:]:
             os.close(extra)
         ring = None
@@ -232,6 +233,7 @@ class Host:
 
     async def _adopt_asking(self, s: Session) -> None:
         """The slow path of adoption: ask systemd how the session's unit is."""
+        faults.maybe_fail("ask", s.id)
         state = await self.manager.unit_state(s.unit)
         if s.master is None:
             await self._end(s, None, "its pty master was not in the FD store")
