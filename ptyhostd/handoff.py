@@ -197,12 +197,13 @@ def execute(keep: dict[str, list[int]]) -> None:
         os.environ[ENV] = encode_fds(keep)
         # A SIGTERM (a stop) during the new code's start-up stays pending until it can
         # handle it: the mask survives exec, and main() unblocks it once its handler is set.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        # So does a SIGHUP (a second reload), which main() then ignores instead of dying.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", "ptyhostd", *sys.argv[1:]])
     except Exception as exc:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
         os.environ.pop(ENV, None)
         for fd in fds:
             try:

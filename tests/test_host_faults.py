@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -165,13 +167,15 @@ def test_a_corrupt_ring_is_replaced_once(host):
     session is kept, and the fresh ring is the one parked, the only one under its name."""
     a, b, c, before = sessions(host)
     hpid = host.main_pid()
-    damaged = 0
+    damaged = set()  # memfds by inode: Python's mmap holds a dup of the ring's fd
     for fd in os.listdir(f"/proc/{hpid}/fd"):
-        if os.readlink(f"/proc/{hpid}/fd/{fd}").startswith(f"/memfd:clowder-ring-{a} "):
-            with open(f"/proc/{hpid}/fd/{fd}", "r+b") as f:
+        path = f"/proc/{hpid}/fd/{fd}"
+        if os.readlink(path).startswith(f"/memfd:clowder-ring-{a} ") \
+                and os.stat(path).st_ino not in damaged:
+            with open(path, "r+b") as f:
                 f.write(b"\0" * 8)  # the magic
-            damaged += 1
-    assert damaged == 1, f"found {damaged} rings of {a} in the host's fds"
+            damaged.add(os.stat(path).st_ino)
+    assert len(damaged) == 1, f"found {len(damaged)} rings of {a} in the host's fds"
     main = host.restart()
     kept(host, before, a)
     kept(host, before, b)
@@ -207,4 +211,29 @@ def test_a_failed_handoff_keeps_serving_and_says_why(host, point):
     host.remove_drop_ins()
     host.restart()
     kept(host, before, a)
+    store_matches(host)
+
+
+def test_reloads_all_through_a_handoff_do_not_kill_the_new_code(host):
+    """SIGHUP (what ExecReload sends) flooded at the host all through a hand-off, also
+    while the new code starts up, before its handler is set: same main PID, no restart."""
+    a = host.spawn(PYTHON, "-c", COUNTER, name="counter")
+    before = host.ps()
+    main = host.main_pid()
+    restarts = host.show(HOST, "NRestarts")["NRestarts"]
+    host.systemctl("reload", "--no-block", HOST)
+    end = time.monotonic() + 3
+    while time.monotonic() < end:  # a flood for a fixed time, not a wait for an event
+        try:
+            os.kill(main, signal.SIGHUP)
+        except ProcessLookupError:
+            break
+        time.sleep(0.005)
+    wait_for(lambda: "took over by hand-off" in journal(host, "handoff", main), 20,
+             "the new code to take over")
+    wait_active(host)
+    assert host.main_pid() == main, "the host died during the hand-off"
+    assert host.show(HOST, "NRestarts")["NRestarts"] == restarts
+    kept(host, before, a)
+    flowing(host, a, "the session after the hand-offs")
     store_matches(host)
