@@ -8,7 +8,10 @@ import signal
 # must end the sessions properly once we can, not kill us half-way through adoption.
 _early_signals: list[int] = []
 signal.signal(signal.SIGTERM, lambda sig, _frame: _early_signals.append(sig))
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked across a hand-off
+# A reload (SIGHUP) while we start would kill us by default: this code is already the
+# installed one, so it is ignored until the hand-off handler is set, once we serve.
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})  # see handoff
 
 import sys  # noqa: E402
 

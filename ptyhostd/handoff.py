@@ -25,7 +25,7 @@ import struct
 import subprocess
 import sys
 
-from . import __version__
+from . import __version__, faults
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 
@@ -39,6 +39,11 @@ CHECK_TIMEOUT = 10.0
 
 class HandoffError(Exception):
     """The hand-off was refused; the message says why, the old code keeps serving."""
+
+
+class HandoffFailed(Exception):
+    """The hand-off could not be carried out on our side (not the new code's refusal);
+    nothing was lost, the old code keeps serving."""
 
 
 def _version_tuple(text: str) -> tuple:
@@ -80,6 +85,7 @@ _LEN = struct.Struct("<Q")
 
 def pack_screens(screens: dict[str, dict]) -> int:
     """A memfd holding each session's repaint bytes: {id: {"pos", "cols", "rows", "vt"}}."""
+    faults.maybe_fail("screens")
     index, blobs, offset = {}, [], 0
     for sid, sc in screens.items():
         index[sid] = {"pos": sc["pos"], "cols": sc["cols"], "rows": sc["rows"],
@@ -141,11 +147,11 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
     """Run the installed code's check on a copy of our state; its report, or HandoffError."""
     copies = {}
     try:
+        faults.maybe_fail("check")  # as when no memfd can be made (EMFILE)
         for slot, holder in manifest.fds.items():
             copy = os.memfd_create(f"clowder-check-{slot}", os.MFD_CLOEXEC)
-            data = os.pread(holder.fileno(), 1 << 30, 0)
-            os.write(copy, data)
-            copies[slot] = [copy]
+            copies[slot] = [copy]  # closed below even if the copy fails
+            os.write(copy, os.pread(holder.fileno(), 1 << 30, 0))
         rings = {n: g[:1] for n, g in parked.items() if n.startswith("r.")}
         passed = {**copies, **rings}
         keep = [fd for g in passed.values() for fd in g]
@@ -181,21 +187,27 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
 
 
 def execute(keep: dict[str, list[int]]) -> None:
-    """Exec the installed code with ``keep`` inherited; returns only if the exec failed."""
+    """Exec the installed code with ``keep`` inherited; returns only by raising
+    HandoffFailed, with every change it made undone (nothing is inherited by mistake)."""
     fds = [fd for group in keep.values() for fd in group]
-    for fd in fds:
-        os.set_inheritable(fd, True)
-    os.environ[ENV] = encode_fds(keep)
-    # A SIGTERM (a stop) during the new code's start-up stays pending until it can
-    # handle it: the mask survives exec, and main() unblocks it once its handler is set.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
+        faults.maybe_fail("exec")
+        for fd in fds:
+            os.set_inheritable(fd, True)
+        os.environ[ENV] = encode_fds(keep)
+        # A SIGTERM (a stop) during the new code's start-up stays pending until it can
+        # handle it: the mask survives exec, and main() unblocks it once its handler is set.
+        # So does a SIGHUP (a second reload), which main() then ignores instead of dying.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", "ptyhostd", *sys.argv[1:]])
-    except OSError as exc:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    except Exception as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
         os.environ.pop(ENV, None)
         for fd in fds:
-            os.set_inheritable(fd, False)
-        raise HandoffError(f"exec of the new code failed: {exc}") from exc
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # a closed fd is inherited by no one
+        raise HandoffFailed(f"exec of the new code failed: {exc}") from exc

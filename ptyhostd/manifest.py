@@ -27,9 +27,10 @@ class ManifestError(Exception):
 class Manifest:
     """The holder of the two manifest memfds."""
 
-    def __init__(self, fds: dict[str, Fd], generation: int):
+    def __init__(self, fds: dict[str, Fd], generation: int, created=SLOTS):
         self.fds = fds
         self.generation = generation
+        self.created = set(created)  # slots whose memfd is new here: not parked yet
 
     @classmethod
     def create(cls) -> "Manifest":
@@ -42,7 +43,8 @@ class Manifest:
     def adopt(cls, raw: dict[str, int]) -> tuple["Manifest", dict]:
         """Take over the parked copies; returns the manifest and the newest valid content.
 
-        Raises ManifestError (after closing the fds) when neither copy is usable.
+        Raises ManifestError (after closing the fds) when neither copy is usable.  A
+        slot that was not parked gets a new memfd, listed in ``created`` for parking.
         """
         fds = {slot: Fd(fd, slot) for slot, fd in raw.items()}
         best = None
@@ -55,12 +57,14 @@ class Manifest:
                 continue
             if best is None or gen > best[0]:
                 best = (gen, content)
-        for slot in SLOTS:
-            if slot not in fds:
-                fds[slot] = Fd(os.memfd_create(f"clowder-{slot}", os.MFD_CLOEXEC), slot)
         if best is None:
+            for fd in fds.values():
+                fd.close()
             raise ManifestError("; ".join(problems) or "no manifest was parked")
-        return cls(fds, best[0]), best[1]
+        created = [slot for slot in SLOTS if slot not in fds]
+        for slot in created:
+            fds[slot] = Fd(os.memfd_create(f"clowder-{slot}", os.MFD_CLOEXEC), slot)
+        return cls(fds, best[0], created), best[1]
 
     def write(self, content: dict) -> None:
         """Write ``content`` into the older copy, making it the newest."""
@@ -84,6 +88,13 @@ class Manifest:
 
 
 def _read(fd: int) -> tuple[int, dict]:
+    try:
+        return _parse(fd)
+    except OSError as exc:
+        raise ManifestError(f"cannot be read: {exc}") from None
+
+
+def _parse(fd: int) -> tuple[int, dict]:
     head = os.pread(fd, _HEADER.size, 0)
     if len(head) < _HEADER.size:
         raise ManifestError("empty")
@@ -95,9 +106,11 @@ def _read(fd: int) -> tuple[int, dict]:
         raise ManifestError(f"generation {gen} is torn (length or CRC mismatch)")
     try:
         content = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ManifestError(f"generation {gen}: invalid JSON: {exc}") from None
     if not isinstance(content, dict) or content.get("version") != VERSION:
         raise ManifestError(f"generation {gen}: unsupported manifest version "
                             f"{content.get('version') if isinstance(content, dict) else '?'}")
+    if not isinstance(content.get("sessions", []), list):
+        raise ManifestError(f"generation {gen}: its sessions are not a list")
     return gen, content

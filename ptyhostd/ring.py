@@ -79,27 +79,35 @@ class Ring:
 
     @classmethod
     def adopt(cls, raw_fd: int, name: str) -> "Ring":
-        """Take over a parked ring, finishing any read a crash interrupted."""
+        """Take over a parked ring, finishing any read a crash interrupted.
+
+        Raises RingError, with ``raw_fd`` closed, for whatever makes it unusable."""
         fd = Fd(raw_fd, f"ring {name}")
+        mm = ring = None
         try:
             size = os.fstat(raw_fd).st_size
             if size < DATA + 4096:
                 raise RingError(f"ring {name}: memfd of {size} bytes is too small")
             mm = mmap.mmap(raw_fd, size)
-        except OSError as exc:
+            magic, capacity, head, pending, pending_at = _HEADER.unpack_from(mm, 0)
+            if magic != MAGIC or DATA + capacity != size:
+                raise RingError(f"ring {name}: bad header (magic {magic!r}, "
+                                f"capacity {capacity})")
+            ring = cls(fd, mm, capacity, head)
+            if pending and pending_at == head and pending <= ring.guard:
+                if any(v.tobytes().count(0) != len(v) for v in ring._region(head, pending)):
+                    ring.head = head + pending
+                _QQ.pack_into(mm, _OFF_HEAD, ring.head, 0)
+            return ring
+        except Exception as exc:
+            if ring is not None:
+                ring.close()
+            elif mm is not None:
+                mm.close()
             fd.close()
-            raise RingError(f"ring {name}: cannot map: {exc}") from exc
-        magic, capacity, head, pending, pending_at = _HEADER.unpack_from(mm, 0)
-        if magic != MAGIC or DATA + capacity != size:
-            mm.close()
-            fd.close()
-            raise RingError(f"ring {name}: bad header (magic {magic!r}, capacity {capacity})")
-        ring = cls(fd, mm, capacity, head)
-        if pending and pending_at == head and pending <= ring.guard:
-            if any(v.tobytes().count(0) != len(v) for v in ring._region(head, pending)):
-                ring.head = head + pending
-            _QQ.pack_into(mm, _OFF_HEAD, ring.head, 0)
-        return ring
+            if isinstance(exc, RingError):
+                raise
+            raise RingError(f"ring {name}: cannot adopt: {exc}") from exc
 
     @staticmethod
     def inspect(raw_fd: int, name: str) -> tuple[int, int]:
