@@ -572,6 +572,7 @@ class Host:
         for s in running:
             s.unwatch_pid()
         await asyncio.gather(*(self._stop_session(s) for s in running))
+        await self._stop_orphan_units()  # e.g. a spawn's, cut off by a lost link
         for s in list(self.sessions.values()):
             self.forget(s, "the host was stopped")
         self.save()

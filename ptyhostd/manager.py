@@ -164,7 +164,7 @@ class _Link:
         self.abort("closed")
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await self.task
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(Exception):
             await self.conn.writer.wait_closed()
 
 
@@ -195,7 +195,6 @@ class Manager:
         self.on_reconnect: Optional[Callable[[], Awaitable[None]]] = None
         self._link: Optional[_Link] = None
         self._up = asyncio.Event()
-        self._links_opened = 0
         self._last_error = "not connected yet"
         self._jobs: dict[str, _JobWait] = {}
         self._done_jobs: dict[str, str] = {}
@@ -249,14 +248,15 @@ class Manager:
                     log.error("service manager unreachable (attempt %d, retrying): %s",
                               failures, exc, extra={"CLOWDER_CAUSE": "manager-unreachable"})
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                # Capped low: a refused connect is cheap, and during a re-exec every
+                # try that comes late loses the race to clients with queued requests.
+                delay = min(delay * 2, 0.1)
                 continue
             if self._closed:
                 await link.close()
                 return
             delay, failures = 0.02, 0
             self._link = link
-            self._links_opened += 1
             self._up.set()
             if lost_at is not None:
                 log.info("link to the service manager at %s is back after %.2f s",
@@ -496,10 +496,15 @@ class Manager:
                 state = await self.unit_state(unit)
                 if state.loaded:
                     job = await self._unit_job(unit)
+                    log.info("%s exists (%s/%s, job %s): it was started before the drop",
+                             unit, state.active, state.sub, job or "none",
+                             extra={"CLOWDER_UNIT": unit, "CLOWDER_CAUSE": "manager-reconnect"})
                     if job:
                         return await self._wait_job(job, unit, "start", None)
                     ran = state.main_pid or state.exec_code or state.active == "active"
                     return "done" if ran else "failed"
+                log.info("%s does not exist: starting it again", unit,
+                         extra={"CLOWDER_UNIT": unit, "CLOWDER_CAUSE": "manager-reconnect"})
         raise ManagerError(f"starting {unit}: the link to the service manager kept "
                            f"dropping")
 

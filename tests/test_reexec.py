@@ -10,6 +10,7 @@ manager re-executed as the test user), under a real systemd.
 from __future__ import annotations
 
 import subprocess
+import threading
 
 from conftest import wait_for
 
@@ -19,6 +20,12 @@ LONG = ("sleep", "100000")
 def reexec(host) -> None:
     """Re-execute the scope's service manager (it drops every private-socket link)."""
     host.systemctl("daemon-reexec")
+
+
+def reconnects(host) -> int:
+    """How many times the host has said its link to systemd is back."""
+    return host.run(["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=manager-reconnect",
+                     f"_PID={host.main_pid()}"]).stdout.count(b"is back")
 
 
 def wait_code(host, sid: str, timeout: float = 20) -> tuple[int, str]:
@@ -48,6 +55,11 @@ def test_spawn_after_reexec(host):
     assert ps[first]["state"] == "running" and ps[second]["state"] == "running"
     assert ps[second]["pid"] > 0
     assert host.show(ps[second]["unit"], "ActiveState")["ActiveState"] == "active"
+    main = host.main_pid()
+    for cause, text in (("manager-disconnect", b"dropped"), ("manager-reconnect", b"is back")):
+        wait_for(lambda: text in host.run(["journalctl", "--no-pager", "-o", "cat",
+                                           f"CLOWDER_CAUSE={cause}", f"_PID={main}"]).stdout,
+                 10, f"the host's journal line {cause}")
     # And once more: the renewed link itself survives a second re-exec.
     reexec(host)
     third = host.spawn(*LONG, name="third")
@@ -112,3 +124,47 @@ def test_interleaved_reexecs(host):
     assert code == 128 + 9, out
     assert host.ps()[c]["state"] == "exited"
     assert host.ps()[d]["state"] == "running"
+
+
+def test_spawns_racing_reexecs(host):
+    """Spawns and re-execs at the same moment: some StartTransientUnit replies are lost
+    with the link.  Each spawn either runs or fails with a clear error; none is started
+    twice, none is left starting, and every unit belongs to a session."""
+    results: list[tuple[str, int, str]] = []
+
+    def spawner(tag: str) -> None:
+        for i in range(5):
+            proc = host.ctl("spawn", "--name", f"{tag}{i}", "--", *LONG, check=False,
+                            timeout=60)
+            results.append((f"{tag}{i}", proc.returncode,
+                            (proc.stdout + proc.stderr).decode().strip()))
+
+    threads = [threading.Thread(target=spawner, args=(tag,)) for tag in "xy"]
+    for t in threads:
+        t.start()
+    rounds = 0
+    while any(t.is_alive() for t in threads) and rounds < 8:
+        # Re-exec as soon as the host is linked again (back-to-back re-execs with no
+        # gap starve any client that needs more than one round trip to authenticate).
+        rounds += 1
+        reexec(host)
+        wait_for(lambda: reconnects(host) >= rounds, 20,
+                 f"the host to report its link back after re-exec {rounds}")
+    for t in threads:
+        t.join()
+    failed = [r for r in results if r[1] != 0]
+    assert not any("internal error" in r[2] for r in failed), failed
+    ps = assert_none_starting(host)
+    started = {r[2] for r in results if r[1] == 0}
+    assert started <= set(ps), (started, ps)
+    assert len(results) - len(failed) >= 5, f"most spawns must work: {failed}"
+    for sid in started:
+        assert ps[sid]["state"] == "running" and ps[sid]["pid"] > 0, ps[sid]
+    units = {ps[sid]["unit"] for sid in started}
+    wait_for(lambda: set(host.session_units()) == units, 10,
+             "exactly one unit per started session")
+    for sid in started:
+        host.ctl("kill", sid, "--signal", "KILL")
+    for sid in started:
+        code, out = wait_code(host, sid)
+        assert code == 128 + 9, out
