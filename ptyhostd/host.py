@@ -455,8 +455,9 @@ class Host:
             return
         for s in list(self.sessions.values()):
             active, sub = units.get(s.unit, ("not-found", "dead"))
-            if s.state == "running" and (active in ("inactive", "failed", "not-found")
-                                         or sub in ("exited", "dead", "failed")):
+            if s.state == "running" and s.id not in self._finishing \
+                    and (active in ("inactive", "failed", "not-found")
+                         or sub in ("exited", "dead", "failed")):
                 log.info("session %s: its unit ended while the link was down (%s/%s)",
                          s.id, active, sub, extra={"CLOWDER_SESSION": s.id,
                                                    "CLOWDER_CAUSE": "manager-reconnect"})

@@ -241,10 +241,11 @@ class Manager:
         while not self._closed:
             try:
                 link = await self._open()
-            except ManagerError as exc:
+            except Exception as exc:  # whatever it was, try again: calls wait for a link
                 self._last_error = str(exc)
                 failures += 1
-                if failures == 1 or failures % 50 == 0:
+                # A re-exec refuses the first tries as a rule: say so only if it lasts.
+                if (failures == 1 and lost_at is None) or failures % 50 == 0:
                     log.error("service manager unreachable (attempt %d, retrying): %s",
                               failures, exc, extra={"CLOWDER_CAUSE": "manager-unreachable"})
                 await asyncio.sleep(delay)
@@ -293,7 +294,7 @@ class Manager:
                 auth.feed(data)
             writer.write(BEGIN)
             await writer.drain()
-        except (OSError, EOFError, asyncio.TimeoutError) as exc:
+        except Exception as exc:  # reset, closed, timed out, or authentication refused
             writer.close()
             raise ManagerError(f"cannot reach the service manager at {path}: {exc!r}") from exc
         link = _Link(DBusConnection(reader, writer), self._job_removed)

@@ -163,6 +163,12 @@ def test_spawns_racing_reexecs(host):
     units = {ps[sid]["unit"] for sid in started}
     wait_for(lambda: set(host.session_units()) == units, 10,
              "exactly one unit per started session")
+    # Their terminals were parked while systemd re-executed: a restart gets them back.
+    host.restart()
+    after = host.ps()
+    for sid in started:
+        assert after[sid]["state"] == "running" and after[sid]["pid"] == ps[sid]["pid"], \
+            (sid, after[sid])
     for sid in started:
         host.ctl("kill", sid, "--signal", "KILL")
     for sid in started:
