@@ -68,6 +68,8 @@ class Host:
         self._handing_off = False
         self.last_handoff_error = ""
         self._unadopted: dict[str, list[int]] = {}  # FD store name -> fds left parked
+        self._finishing: set[str] = set()  # sessions whose end is being recorded
+        manager.on_reconnect = self._after_reconnect
 
     # --- the terminal models, kept current while sessions are quiet ----------------------
 
@@ -569,12 +571,12 @@ class Host:
             result = await self.manager.start_session(
                 s.unit, argv, tty, req.cwd, env, user,
                 _printable(f"clowder session {name}: {' '.join(argv)}")[:200])
-        except ManagerError as exc:
+            state = await self.manager.unit_state(s.unit)
+        except Exception as exc:  # whatever failed, the session must not stay starting
             await self._discard(s, f"start failed: {exc}")
             raise RequestError(f"cannot start {argv[0]!r}: {exc}", "spawn") from exc
         finally:
             slave.close()  # the unit has opened the tty (or never will)
-        state = await self.manager.unit_state(s.unit)
         # A program that exits at once can fail the Type=exec start job before systemd
         # saw its exec succeed; it did run unless the status is one of systemd's own.
         setup_failed = state.exec_code == 1 and state.exec_status in SETUP_FAILURES
@@ -626,8 +628,9 @@ class Host:
         self.save()
         try:
             await self.manager.stop(s.unit)
-        except ManagerError as exc:
-            log.error("session %s: cleaning up its unit: %s", s.id, exc)
+        except Exception as exc:  # the unit is stopped as an orphan after a reconnect
+            log.error("session %s: cleaning up its unit: %s", s.id, exc,
+                      extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "unit-cleanup"})
 
     # --- the end of a session -----------------------------------------------------------
 
@@ -636,14 +639,19 @@ class Host:
         self._spawn_task(self._finish(s))
 
     async def _finish(self, s: Session) -> None:
-        if s.state != "running":
-            return
+        if s.state != "running" or s.id in self._finishing:
+            return  # already ended, or its end is being recorded (pidfd and reconnect)
+        self._finishing.add(s.id)
         try:
-            state = await self.manager.wait_finished(s.unit)
-        except ManagerError as exc:
-            log.error("session %s: %s", s.id, exc, extra={"CLOWDER_SESSION": s.id})
-            state = None
-        await self._end(s, state, "its program ended")
+            try:
+                state = await self.manager.wait_finished(s.unit)
+            except Exception as exc:  # any failure still ends it, status unknown
+                log.error("session %s: %s", s.id, exc, extra={"CLOWDER_SESSION": s.id})
+                state = None
+            if s.state == "running":
+                await self._end(s, state, "its program ended")
+        finally:
+            self._finishing.discard(s.id)
 
     async def _end(self, s: Session, state, cause: str, persist: bool = True) -> None:
         """Record how ``s`` ended, tell its clients, and release its pty and unit.
@@ -662,10 +670,33 @@ class Host:
         self._release_master(s)
         try:
             await self.manager.stop(s.unit)
-        except ManagerError as exc:
-            log.error("session %s: removing its unit: %s", s.id, exc)
+        except Exception as exc:  # the unit is stopped as an orphan after a reconnect
+            log.error("session %s: removing its unit: %s", s.id, exc,
+                      extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "unit-cleanup"})
         if self._enforce_exited_cap() and persist:
             self.save()
+
+    async def _after_reconnect(self) -> None:
+        """Catch up after the link to systemd came back (a daemon-reexec drops it): end
+        the sessions whose unit ended meanwhile unnoticed, and stop units left behind
+        by ends whose stop was cut off."""
+        try:
+            units = {name: (active, sub) for name, active, sub
+                     in await self.manager.list_units(UNIT_PREFIX + "*.service")}
+        except ManagerError as exc:
+            log.error("after a reconnect, cannot list session units: %s", exc,
+                      extra={"CLOWDER_CAUSE": "manager-reconnect"})
+            return
+        for s in list(self.sessions.values()):
+            active, sub = units.get(s.unit, ("not-found", "dead"))
+            if s.state == "running" and s.id not in self._finishing \
+                    and (active in ("inactive", "failed", "not-found")
+                         or sub in ("exited", "dead", "failed")):
+                log.info("session %s: its unit ended while the link was down (%s/%s)",
+                         s.id, active, sub, extra={"CLOWDER_SESSION": s.id,
+                                                   "CLOWDER_CAUSE": "manager-reconnect"})
+                self._on_pid_exit(s)
+        await self._stop_orphan_units()
 
     def _release_master(self, s: Session) -> None:
         """Close the pty master (the slave side gets a hang-up) and unpark it."""
@@ -791,6 +822,7 @@ class Host:
         for s in running:
             s.unwatch_pid()
         await asyncio.gather(*(self._stop_session(s) for s in running))
+        await self._stop_orphan_units()  # e.g. a spawn's, cut off by a lost link
         for s in list(self.sessions.values()):
             self.forget(s, "the host was stopped")
         self.save()

@@ -10,12 +10,17 @@ opener does), so the connection is set up here by hand.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 from dataclasses import dataclass
+from typing import Awaitable, Callable, Optional
 
-from jeepney import DBusAddress, MatchRule, MessageType, new_method_call
+from jeepney import DBusAddress, HeaderFields, Message, MessageType, new_method_call
 from jeepney.auth import BEGIN, Authenticator
-from jeepney.io.asyncio import DBusConnection, DBusRouter
+from jeepney.io.asyncio import DBusConnection
+
+log = logging.getLogger("ptyhostd")
 
 _SYSTEMD = "org.freedesktop.systemd1"
 _MANAGER = DBusAddress("/org/freedesktop/systemd1", bus_name=_SYSTEMD,
@@ -39,6 +44,14 @@ SETUP_FAILURES = range(200, 246)
 
 class ManagerError(Exception):
     """The service manager refused a request or could not be reached."""
+
+    def __init__(self, message: str, name: str = ""):
+        super().__init__(message)
+        self.name = name  # the D-Bus error name of a refusal, "" if none came
+
+
+class LinkLost(ManagerError):
+    """The link dropped before the reply came: the request may or may not have been done."""
 
 
 @dataclass
@@ -73,51 +86,204 @@ def private_socket_path(user: bool) -> str:
     return "/run/systemd/private"
 
 
+# How long a call waits for the link to come back (a daemon-reexec takes well under a
+# second; a loaded machine can stretch that) before it fails with ManagerError.
+LINK_WAIT = 15.0
+CALL_TIMEOUT = 30.0
+
+
+class _Link:
+    """One authenticated connection to the manager: sends calls, matches their replies,
+    hands JobRemoved signals to ``on_job_removed``; ``task`` ends when the peer hangs up."""
+
+    def __init__(self, conn: DBusConnection, on_job_removed: Callable[[Message], None]):
+        self.conn = conn
+        self._replies: dict[int, asyncio.Future] = {}
+        self._on_job_removed = on_job_removed
+        self.why = ""  # why it ended
+        self.task = asyncio.ensure_future(self._receive())
+        self.task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    @property
+    def alive(self) -> bool:
+        return not self.task.done()
+
+    async def send(self, msg: Message) -> None:
+        """Send without waiting for a reply."""
+        try:
+            await self.conn.send(msg)
+        except OSError as exc:
+            self.abort(f"sending: {exc}")
+            raise LinkLost(f"the link dropped ({exc})") from exc
+
+    async def call(self, msg: Message) -> Message:
+        """Send a method call; its reply (LinkLost if the link ends first)."""
+        if not self.alive:
+            raise LinkLost(f"the link dropped ({self.why})")
+        serial = next(self.conn.outgoing_serial)
+        fut = asyncio.get_running_loop().create_future()
+        self._replies[serial] = fut
+        try:
+            try:
+                await self.conn.send(msg, serial=serial)
+            except OSError as exc:
+                self.abort(f"sending: {exc}")
+                raise LinkLost(f"the link dropped ({exc})") from exc
+            return await fut
+        finally:
+            self._replies.pop(serial, None)
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                msg = await self.conn.receive()
+                fields = msg.header.fields
+                if msg.header.message_type == MessageType.signal:
+                    if fields.get(HeaderFields.member) == "JobRemoved":
+                        self._on_job_removed(msg)
+                    continue
+                fut = self._replies.get(fields.get(HeaderFields.reply_serial))
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+        except EOFError:
+            self.why = self.why or "closed by the service manager"
+        except Exception as exc:  # a reset, or bytes we cannot parse: the link is done
+            self.why = self.why or repr(exc)
+        finally:
+            for fut in self._replies.values():
+                if not fut.done():
+                    fut.set_exception(LinkLost(f"the link dropped ({self.why})"))
+
+    def abort(self, why: str) -> None:
+        """End the link now (the manager notices and opens a new one)."""
+        self.why = self.why or why
+        self.conn.writer.close()
+        self.task.cancel()
+
+    async def close(self) -> None:
+        self.abort("closed")
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await self.task
+        with contextlib.suppress(Exception):
+            await self.conn.writer.wait_closed()
+
+
+@dataclass
+class _JobWait:
+    """A caller waiting for the JobRemoved signal of one job."""
+
+    future: asyncio.Future
+    unit: str
+    kind: str  # "start" or "stop"
+
+
 class Manager:
-    """One connection to the service manager, opened in the background.
+    """The link to the service manager, kept open in the background.
 
     The host must not wait for D-Bus before it serves: adopting running sessions needs
     no call to systemd, and authenticating plus the first round trip are a noticeable
-    part of a restart's blackout.  So the connection is opened by a task started here,
-    and every call waits for it; a failed attempt is logged and retried by the next call.
+    part of a restart's blackout.  So the link is opened by a task started here, and
+    every call waits for it (up to LINK_WAIT).  The same task re-opens it whenever it
+    drops: ``systemctl daemon-reexec`` (every systemd upgrade) closes every connection
+    to the private socket.  Signals sent meanwhile are lost, so after a reconnect the
+    jobs still awaited are looked up, and ``on_reconnect`` lets the host catch up on
+    the units.
     """
 
     def __init__(self, user: bool):
         self.path = private_socket_path(user)
-        self._router: DBusRouter | None = None
-        self._conn: DBusConnection | None = None
-        self._jobs: dict[str, asyncio.Future] = {}
+        self.on_reconnect: Optional[Callable[[], Awaitable[None]]] = None
+        self._link: Optional[_Link] = None
+        self._up = asyncio.Event()
+        self._last_error = "not connected yet"
+        self._jobs: dict[str, _JobWait] = {}
         self._done_jobs: dict[str, str] = {}
-        self._signals: asyncio.Queue = asyncio.Queue()
-        self._filter = None
-        self._task: asyncio.Task | None = None
-        self._connecting = self._start_connecting()
+        self._catching_up: Optional[asyncio.Task] = None
+        self._closed = False
+        self._keeper = asyncio.ensure_future(self._keep_linked())
+        self._keeper.add_done_callback(self._keeper_done)
 
     @classmethod
     async def connect(cls, user: bool) -> "Manager":
-        """A manager whose connection is already open (ManagerError if it cannot be)."""
+        """A manager whose link is already open (ManagerError if it cannot be)."""
         self = cls(user)
         await self.ready()
         return self
 
-    def _start_connecting(self) -> asyncio.Task:
-        task = asyncio.ensure_future(self._open())
-        # Retrieve a failure even if no call comes to wait for it.
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        return task
-
     async def ready(self) -> None:
-        """Wait until the connection is open; ManagerError if it cannot be."""
-        if self._connecting.done() and (self._connecting.cancelled()
-                                        or self._connecting.exception() is not None):
-            self._connecting = self._start_connecting()
-        await asyncio.shield(self._connecting)
+        """Wait until the link is open; ManagerError if it is not within LINK_WAIT."""
+        await self._linked()
 
-    async def _open(self) -> None:
+    async def _linked(self) -> _Link:
+        link = self._link
+        if link is not None and link.alive:
+            return link
+        if link is not None:
+            self._up.clear()  # dropped; the keeper has not seen it yet
+        try:
+            await asyncio.wait_for(self._up.wait(), LINK_WAIT)
+        except asyncio.TimeoutError:
+            raise ManagerError(f"no link to the service manager at {self.path} for "
+                               f"{LINK_WAIT:g} s: {self._last_error}") from None
+        return self._link
+
+    def _keeper_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the service manager link keeper failed: %r", task.exception(),
+                      exc_info=task.exception(), extra={"CLOWDER_CAUSE": "manager-link"})
+
+    async def _keep_linked(self) -> None:
+        """Open the link, and open it again each time it drops, until closed."""
+        loop = asyncio.get_running_loop()
+        delay = 0.02
+        lost_at: Optional[float] = None
+        failures = 0
+        while not self._closed:
+            try:
+                link = await self._open()
+            except Exception as exc:  # whatever it was, try again: calls wait for a link
+                self._last_error = str(exc)
+                failures += 1
+                # A re-exec refuses the first tries as a rule: say so only if it lasts.
+                if (failures == 1 and lost_at is None) or failures % 50 == 0:
+                    log.error("service manager unreachable (attempt %d, retrying): %s",
+                              failures, exc, extra={"CLOWDER_CAUSE": "manager-unreachable"})
+                await asyncio.sleep(delay)
+                # Capped low: a refused connect is cheap, and during a re-exec every
+                # try that comes late loses the race to clients with queued requests.
+                delay = min(delay * 2, 0.1)
+                continue
+            if self._closed:
+                await link.close()
+                return
+            delay, failures = 0.02, 0
+            self._link = link
+            self._up.set()
+            if lost_at is not None:
+                log.info("link to the service manager at %s is back after %.2f s",
+                         self.path, loop.time() - lost_at,
+                         extra={"CLOWDER_CAUSE": "manager-reconnect"})
+                self._catching_up = asyncio.ensure_future(self._catch_up())
+                self._catching_up.add_done_callback(self._caught_up)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(link.task)
+            if self._closed or not link.task.done():
+                return  # we were cancelled (close)
+            self._up.clear()
+            self._last_error = f"the link dropped ({link.why})"
+            lost_at = loop.time()
+            log.warning("link to the service manager at %s dropped (%s): reconnecting",
+                        self.path, link.why, extra={"CLOWDER_CAUSE": "manager-disconnect"})
+            await link.close()
+
+    async def _open(self) -> _Link:
         """Authenticate on the private socket and subscribe to job signals."""
         path = self.path
         try:
             reader, writer = await asyncio.open_unix_connection(path)
+        except OSError as exc:
+            raise ManagerError(f"cannot reach the service manager at {path}: {exc}") from exc
+        try:
             auth = Authenticator()
             for req in auth:
                 writer.write(req)
@@ -128,84 +294,166 @@ class Manager:
                 auth.feed(data)
             writer.write(BEGIN)
             await writer.drain()
-        except (OSError, EOFError, asyncio.TimeoutError) as exc:
-            raise ManagerError(f"cannot reach the service manager at {path}: {exc}") from exc
-        conn = DBusConnection(reader, writer)
-        router = DBusRouter(conn)
+        except Exception as exc:  # reset, closed, timed out, or authentication refused
+            writer.close()
+            raise ManagerError(f"cannot reach the service manager at {path}: {exc!r}") from exc
+        link = _Link(DBusConnection(reader, writer), self._job_removed)
         # Measured on systemd 252: a message that arrives in the same read as the
         # client's BEGIN stays unprocessed in systemd's buffer until more bytes arrive
         # (79 of 100 fresh connections stalled in one run; never once poked).  So the
         # first call is followed at once, and then while it has no answer, by harmless
         # Peer.Ping pokes.
-        first = asyncio.ensure_future(router.send_and_get_reply(
-            new_method_call(_MANAGER, "Subscribe")))
-        for _ in range(200):
-            await router.send(new_method_call(_PEER, "Ping"))
-            done, _pending = await asyncio.wait({first}, timeout=0.02)
-            if done:
-                break
-        else:
+        first = asyncio.ensure_future(link.call(new_method_call(_MANAGER, "Subscribe")))
+        try:
+            for _ in range(200):
+                await link.send(new_method_call(_PEER, "Ping"))
+                done, _pending = await asyncio.wait({first}, timeout=0.02)
+                if done:
+                    break
+            else:
+                raise ManagerError(f"the service manager at {path} does not answer")
+            reply = first.result()
+            if reply.header.message_type == MessageType.error:
+                raise ManagerError(f"Subscribe refused: {reply.body}")
+        except BaseException:
             first.cancel()
-            await conn.close()
-            raise ManagerError(f"the service manager at {path} does not answer")
-        if first.result().header.message_type == MessageType.error:
-            await conn.close()
-            raise ManagerError(f"Subscribe refused: {first.result().body}")
-        self._router, self._conn = router, conn
-        self._filter = router.filter(
-            MatchRule(type="signal", interface=_SYSTEMD + ".Manager", member="JobRemoved"),
-            queue=self._signals)
-        self._task = asyncio.create_task(self._route_jobs())
+            await link.close()
+            raise
+        return link
 
     async def close(self) -> None:
-        self._connecting.cancel()
-        if self._router is None:
-            return
-        self._task.cancel()
-        self._filter.close()
-        await self._router.__aexit__(None, None, None)
-        await self._conn.close()
+        self._closed = True
+        self._keeper.cancel()
+        if self._catching_up is not None:
+            self._catching_up.cancel()
+        if self._link is not None:
+            await self._link.close()
 
-    async def _call(self, addr: DBusAddress, method: str, sig: str | None = None,
+    # --- calls --------------------------------------------------------------------------
+
+    async def _call(self, addr: DBusAddress, method: str, sig: Optional[str] = None,
                     body: tuple = (), what: str = "") -> tuple:
-        await self.ready()
-        msg = new_method_call(addr, method, sig, body)
-        try:
-            reply = await asyncio.wait_for(self._router.send_and_get_reply(msg), 30)
-        except (OSError, EOFError, asyncio.TimeoutError) as exc:
-            raise ManagerError(f"{what or method}: service manager not answering: {exc!r}") \
-                from exc
-        if reply.header.message_type == MessageType.error:
-            name = reply.header.fields.get(4, "error")  # 4: ERROR_NAME
-            text = reply.body[0] if reply.body else ""
-            raise ManagerError(f"{what or method}: {text or name}", ) from None
-        return reply.body
+        """Call ``method``; a call cut off by a dropped link is sent again on the next."""
+        return (await self._call_on(addr, method, sig, body, what))[0]
 
-    async def _route_jobs(self) -> None:
+    async def _call_on(self, addr: DBusAddress, method: str, sig: Optional[str] = None,
+                       body: tuple = (), what: str = "", resend: bool = True
+                       ) -> tuple[tuple, _Link]:
+        """The reply's body and the link it came on (``resend=False``: LinkLost instead
+        of sending again, for a call that must not be done twice)."""
+        what = what or method
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LINK_WAIT
         while True:
-            msg = await self._signals.get()
-            _id, job, _unit, result = msg.body
-            fut = self._jobs.pop(job, None)
-            if fut is not None:
-                if not fut.done():
-                    fut.set_result(result)
-            else:
-                # The signal can overtake our handling of the reply that named the job.
-                self._done_jobs[job] = result
-                if len(self._done_jobs) > 4096:
-                    self._done_jobs.pop(next(iter(self._done_jobs)))
+            link = await self._linked()
+            try:
+                reply = await asyncio.wait_for(
+                    link.call(new_method_call(addr, method, sig, body)), CALL_TIMEOUT)
+                break
+            except LinkLost as exc:
+                if not resend:
+                    raise LinkLost(f"{what}: {exc}") from exc
+                if loop.time() > deadline:
+                    raise ManagerError(f"{what}: {exc}") from exc
+            except asyncio.TimeoutError:
+                raise ManagerError(f"{what}: service manager not answering within "
+                                   f"{CALL_TIMEOUT:g} s") from None
+        if reply.header.message_type == MessageType.error:
+            name = reply.header.fields.get(HeaderFields.error_name, "error")
+            text = reply.body[0] if reply.body else ""
+            raise ManagerError(f"{what}: {text or name}", name) from None
+        return reply.body, link
 
-    async def _wait_job(self, job: str, timeout: float = 30) -> str:
+    # --- jobs ---------------------------------------------------------------------------
+
+    def _job_removed(self, msg: Message) -> None:
+        _id, job, _unit, result = msg.body
+        wait = self._jobs.pop(job, None)
+        if wait is not None:
+            if not wait.future.done():
+                wait.future.set_result(result)
+        else:
+            # The signal can overtake our handling of the reply that named the job.
+            self._done_jobs[job] = result
+            if len(self._done_jobs) > 4096:
+                self._done_jobs.pop(next(iter(self._done_jobs)))
+
+    async def _wait_job(self, job: str, unit: str, kind: str, link: Optional[_Link],
+                        timeout: float = 30) -> str:
+        """The result of ``job``; ``link`` is the one its reply came on (None: unknown)."""
         if job in self._done_jobs:
             return self._done_jobs.pop(job)
-        fut = asyncio.get_running_loop().create_future()
-        self._jobs[job] = fut
+        wait = _JobWait(asyncio.get_running_loop().create_future(), unit, kind)
+        self._jobs[job] = wait
         try:
-            return await asyncio.wait_for(fut, timeout)
+            if link is None or link is not self._link or not link.alive:
+                # Its JobRemoved may have gone with that link: ask where it is now.
+                self._resolve_soon(job, wait)
+            return await asyncio.wait_for(asyncio.shield(wait.future), timeout)
         except asyncio.TimeoutError:
-            raise ManagerError(f"job {job} did not finish within {timeout} s") from None
+            raise ManagerError(f"job {job} ({kind} {unit}) did not finish within "
+                               f"{timeout} s") from None
         finally:
-            self._jobs.pop(job, None)
+            if self._jobs.get(job) is wait:
+                del self._jobs[job]
+
+    def _resolve_soon(self, job: str, wait: _JobWait) -> None:
+        task = asyncio.ensure_future(self._resolve_job(job, wait))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _resolve_job(self, job: str, wait: _JobWait) -> None:
+        """Settle a job wait whose JobRemoved signal may have been lost with a link."""
+        try:
+            await self._call(DBusAddress(job, bus_name=_SYSTEMD, interface=_PROPS), "Get",
+                             "ss", (_SYSTEMD + ".Job", "State"), what=f"looking up {job}")
+            return  # still queued or running: the current link's JobRemoved will say
+        except ManagerError as exc:
+            if not exc.name:
+                log.warning("cannot look up job %s of %s: %s", job, wait.unit, exc,
+                            extra={"CLOWDER_UNIT": wait.unit,
+                                   "CLOWDER_CAUSE": "manager-reconnect"})
+                return  # the wait's own timeout ends it
+        # The job is gone: it finished while no link was there to tell us how.
+        try:
+            state = await self.unit_state(wait.unit)
+        except ManagerError as exc:
+            log.warning("cannot read %s after losing its job's signal: %s", wait.unit, exc,
+                        extra={"CLOWDER_UNIT": wait.unit, "CLOWDER_CAUSE": "manager-reconnect"})
+            return
+        if wait.kind == "start":
+            ran = state.loaded and (state.main_pid or state.exec_code or state.active == "active")
+            result = "done" if ran else "failed"
+        else:
+            result = "done" if not state.loaded or state.active in ("inactive", "failed") \
+                else "failed"
+        log.info("job %s (%s %s) ended unseen across a reconnect; from the unit's state "
+                 "(%s/%s): %s", job, wait.kind, wait.unit, state.active, state.sub, result,
+                 extra={"CLOWDER_UNIT": wait.unit, "CLOWDER_CAUSE": "manager-reconnect"})
+        if not wait.future.done():
+            wait.future.set_result(result)
+
+    async def _catch_up(self) -> None:
+        """After a reconnect: settle the job waits whose signals may have been lost, then
+        let the host reconcile its sessions with the units."""
+        for job, wait in list(self._jobs.items()):
+            if not wait.future.done():
+                await self._resolve_job(job, wait)
+        if self.on_reconnect is not None:
+            await self.on_reconnect()
+
+    def _caught_up(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("catching up after a reconnect failed: %r", task.exception(),
+                      exc_info=task.exception(), extra={"CLOWDER_CAUSE": "manager-reconnect"})
+
+    async def _unit_job(self, unit: str) -> str:
+        """The path of the job pending on ``unit``, or "" if none."""
+        (path,) = await self._call(_MANAGER, "GetUnit", "s", (unit,), what=f"GetUnit {unit}")
+        addr = DBusAddress(path, bus_name=_SYSTEMD, interface=_PROPS)
+        (job,) = await self._call(addr, "Get", "ss", (_SYSTEMD + ".Unit", "Job"),
+                                  what=f"reading {unit}")
+        job_id, job_path = job[1]
+        return job_path if job_id else ""
 
     async def start_session(self, unit: str, argv: list[str], tty: str, cwd: str | None,
                             env: list[str], user: str | None, description: str) -> str:
@@ -234,9 +482,32 @@ class Manager:
             props.append(("WorkingDirectory", ("s", cwd)))
         if user is not None:
             props.append(("User", ("s", user)))
-        (job,) = await self._call(_MANAGER, "StartTransientUnit", "ssa(sv)a(sa(sv))",
-                                  (unit, "fail", props, []), what=f"starting {unit}")
-        return await self._wait_job(job)
+        for _attempt in range(3):
+            try:
+                (job,), link = await self._call_on(
+                    _MANAGER, "StartTransientUnit", "ssa(sv)a(sa(sv))",
+                    (unit, "fail", props, []), what=f"starting {unit}", resend=False)
+                return await self._wait_job(job, unit, "start", link)
+            except LinkLost as exc:
+                # The request may have been done before systemd went away: what exists
+                # now says (a resend for a unit that exists would fail, not start twice).
+                log.warning("%s: the link dropped before the reply; checking the unit",
+                            exc, extra={"CLOWDER_UNIT": unit,
+                                        "CLOWDER_CAUSE": "manager-reconnect"})
+                state = await self.unit_state(unit)
+                if state.loaded:
+                    job = await self._unit_job(unit)
+                    log.info("%s exists (%s/%s, job %s): it was started before the drop",
+                             unit, state.active, state.sub, job or "none",
+                             extra={"CLOWDER_UNIT": unit, "CLOWDER_CAUSE": "manager-reconnect"})
+                    if job:
+                        return await self._wait_job(job, unit, "start", None)
+                    ran = state.main_pid or state.exec_code or state.active == "active"
+                    return "done" if ran else "failed"
+                log.info("%s does not exist: starting it again", unit,
+                         extra={"CLOWDER_UNIT": unit, "CLOWDER_CAUSE": "manager-reconnect"})
+        raise ManagerError(f"starting {unit}: the link to the service manager kept "
+                           f"dropping")
 
     async def unit_state(self, unit: str) -> UnitState:
         """The unit's state; ``active == "not-found"`` if systemd no longer has it."""
@@ -277,12 +548,12 @@ class Manager:
     async def stop(self, unit: str, wait: bool = True) -> None:
         """Stop the unit (its processes get SIGHUP) and forget it if it failed."""
         try:
-            (job,) = await self._call(_MANAGER, "StopUnit", "ss", (unit, "replace"),
-                                      what=f"stopping {unit}")
+            (job,), link = await self._call_on(_MANAGER, "StopUnit", "ss", (unit, "replace"),
+                                               what=f"stopping {unit}")
             if wait:
-                await self._wait_job(job)
+                await self._wait_job(job, unit, "stop", link)
         except ManagerError as exc:
-            if "not loaded" not in str(exc):
+            if "not loaded" not in str(exc) and exc.name != "org.freedesktop.systemd1.NoSuchUnit":
                 raise
         await self.reset_failed(unit)
 
