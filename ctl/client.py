@@ -148,6 +148,7 @@ class Client:
         except socket.timeout:
             message = self._closed(not_answering(self.daemon, self.location, timeout,
                                                  "the greeting was not taken"), quick=True)
+            self._gave_up = True
             self.close()
             raise NotAnswering(message) from None
         except OSError as exc:  # e.g. ssh already gone when Hello was written
@@ -178,6 +179,7 @@ class Client:
         self._allowance = 0.0  # extra seconds the last request may take (_SLOW)
         self._unbounded = False  # replies now come when events happen: no deadline
         self._events_next = False  # ... from the next reply on
+        self._gave_up = False  # no answer in time: ssh is not waited for at close
 
     @classmethod
     def on_stream(cls, sock: socket.socket, peer: str, daemon: str | None = None,
@@ -247,6 +249,7 @@ class Client:
                 if time.monotonic() < end:
                     continue
                 seconds = self.timeout + self._allowance
+                self._gave_up = True
                 raise NotAnswering(self._closed(
                     not_answering(self.daemon, self.location, seconds), quick=True))
             return
@@ -262,7 +265,9 @@ class Client:
     def close(self) -> None:
         self.sock.close()
         if self.transport is not None:
-            self.transport.close()  # reaps ssh (closing our end is its EOF)
+            # Reaps ssh (closing our end is its EOF).  After a daemon that did not answer,
+            # the relay there waits on it and ssh with it: end ssh without waiting.
+            self.transport.close(0.2 if self._gave_up else 3.0)
 
     def __enter__(self):
         return self
