@@ -33,8 +33,8 @@ exit status:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="clowderctl", description="Drive the clowder PTY host.",
-                                epilog=EPILOG,
+    p = argparse.ArgumentParser(prog="clowderctl",
+                                description="Drive the clowder PTY host.", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--timeout", dest="request_timeout", type=_seconds, metavar="SECONDS",
                    help=f"give up on a daemon that does not answer within SECONDS "

@@ -96,7 +96,8 @@ def render(scope: str, exec_start: str, control_exec_start: str | None = None
             what="PTY host", name="ptyhost", **access, comment="# Never RemoveOnStop: the "
             "path must exist for clients through every host restart.\n"),
         "clowder-ptyhost.service": PTYHOST_SERVICE.format(
-            exec_start=exec_start, scope=scope, watchdog_sec=WATCHDOG_SEC, abort_sec=ABORT_SEC),
+            exec_start=exec_start, scope=scope, watchdog_sec=WATCHDOG_SEC,
+            abort_sec=ABORT_SEC),
         "clowder-control.socket": SOCKET.format(what="control", name="control", **access,
                                                 comment=""),
         "clowder-control.service": CONTROL_SERVICE.format(
