@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .client import ClientError, RequestFailed
+from . import deadline
+from .client import ClientError, NotAnswering, RequestFailed
 from .commands import COMMANDS
 from .transport import Remote
 
@@ -15,10 +16,30 @@ from .transport import Remote
 # run there whole, `ssh HOST clowderctl ...`.
 RUN_THERE = ("logs", "config", "install-units")
 
+EPILOG = f"""\
+deadline:
+  Every request to a daemon (connecting, the handshake, each reply) gives up after
+  --timeout seconds (default: ${deadline.ENV}, else {deadline.DEFAULT:g}), saying which
+  daemon is not answering, and where.  `wait`, `attach` and `file watch` are bounded
+  only until their first answer: the event they wait for may take any time.
+
+exit status:
+  0    success (`wait`: the session's own exit code; `attach`: the session's when it ends)
+  1    the daemon refused the request (no such session, permission, a failed check)
+  2    any other failure: nothing listens, bad arguments, the connection dropped
+  {deadline.EXIT_CODE}  a daemon did not answer within the deadline (frozen, wedged, or
+       its listen backlog full); a frozen PTY host is replaced by systemd's watchdog
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="clowderctl",
-                                description="Drive the clowder PTY host.")
+                                description="Drive the clowder PTY host.", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--timeout", dest="request_timeout", type=_seconds, metavar="SECONDS",
+                   help=f"give up on a daemon that does not answer within SECONDS "
+                   f"(default: ${deadline.ENV}, else {deadline.DEFAULT:g}; exit status "
+                   f"{deadline.EXIT_CODE})")
     p.add_argument("--socket", help="the host's socket (default: $CLOWDER_SOCKET, "
                    "$XDG_RUNTIME_DIR/clowder/ptyhost.sock, /run/clowder/ptyhost.sock)")
     p.add_argument("--control-socket", help="clowder-control's socket (default: "
@@ -34,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMANDS:
         module.add_parser(sub)
     return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        return deadline.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def through_host(parser: argparse.ArgumentParser, args) -> None:
@@ -68,6 +96,11 @@ def main(argv=None) -> None:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    deadline.set_seconds(args.request_timeout)
+    try:
+        deadline.seconds()
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.host:
         through_host(parser, args)
     try:
@@ -81,6 +114,9 @@ def main(argv=None) -> None:
     except RequestFailed as exc:
         print(f"clowderctl {args.command}: {exc}", file=sys.stderr)
         code = 1
+    except NotAnswering as exc:
+        print(f"clowderctl {args.command}: {exc}", file=sys.stderr)
+        code = deadline.EXIT_CODE
     except ClientError as exc:
         print(f"clowderctl {args.command}: {exc}", file=sys.stderr)
         code = 2

@@ -3,23 +3,46 @@
 The same Client speaks to clowder-control (same framing, 4xx kinds), and, given a
 ``transport.Remote`` instead of a socket path, to either daemon of another machine
 through ``ssh HOST clowderctl relay [--to host]``.
+
+Every step has a deadline (``ctl/deadline.py``): connecting, the handshake, and each
+reply; past it, ``NotAnswering`` names the daemon and where it was asked.  Replies that
+come when something happens (a Wait's Exited, a watch's events, an attach's output)
+have none: only the connection and the first answer are bounded there.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import socket
 import time
 
 from ptyhostd import __version__, protocol
 
+from . import deadline
 from .transport import Remote, SshTransport
 
-CONNECT_TIMEOUT = 60.0  # a host that is restarting answers within a second or two
+# Requests whose answer comes when an event happens, not when the daemon gets to it.
+_UNBOUNDED = (protocol.Wait,)
+# Requests answered at once, after which the connection carries events as they come.
+_THEN_EVENTS = (protocol.Attach, protocol.FileWatch)
+# Requests the daemon itself may work on for longer than a deadline, and how much longer:
+# the hand-off's pre-check (ptyhostd/handoff.py CHECK_TIMEOUT) and a VCS view (up to two
+# git commands of controld/vcs.py TIMEOUT each).
+_SLOW = {protocol.UpgradeCheck: 10.0, protocol.VcsStatus: 20.0, protocol.VcsDiff: 20.0,
+         protocol.VcsLog: 20.0}
 
 
 class ClientError(Exception):
     """Something the user should read; clowderctl prints it and exits non-zero."""
+
+
+class NotAnswering(ClientError):
+    """A daemon took no connection, or sent no reply, within the deadline."""
+
+
+def not_answering(daemon: str, where: str, seconds: float, what: str = "no reply") -> str:
+    return f"{daemon} is not answering {where}: {what} within {seconds:g} s"
 
 
 class RequestFailed(ClientError):
@@ -51,20 +74,35 @@ def default_control_socket() -> str:
     return _socket("control.sock", "CLOWDER_CONTROL_SOCKET")
 
 
+def daemon_of(unit: str) -> str:
+    """``clowder-ptyhost`` for ``clowder-ptyhost.socket``: the name people know."""
+    return unit.rsplit(".", 1)[0]
+
+
 def connect_unix(path: str, timeout: float, unit: str) -> socket.socket:
     """A connection to the socket at ``path`` (systemd's ``unit`` listens there), or a
     ClientError saying why not: clowderctl and the relay word it the same way."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(path)
-    except OSError as exc:
-        sock.close()
-        raise ClientError(_refused(path, exc, unit, timeout)) from None
-    return sock
+    end = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+            return sock
+        except (BlockingIOError, TimeoutError):
+            # The listen backlog is full (a connect with a timeout is non-blocking, and
+            # a unix one then fails at once): its daemon has not accepted for a while.
+            sock.close()
+            if time.monotonic() >= end:
+                raise NotAnswering(not_answering(daemon_of(unit), f"at {path}", timeout,
+                                                 "no connection accepted")) from None
+            time.sleep(0.05)
+        except OSError as exc:
+            sock.close()
+            raise ClientError(_refused(path, exc, unit)) from None
 
 
-def _refused(path: str, exc: OSError, unit: str, timeout: float) -> str:
+def _refused(path: str, exc: OSError, unit: str) -> str:
     """What to tell the user when connecting to ``path`` failed with ``exc``."""
     if isinstance(exc, FileNotFoundError):
         return f"nothing listens at {path}: no such socket (is {unit} started?)"
@@ -72,16 +110,18 @@ def _refused(path: str, exc: OSError, unit: str, timeout: float) -> str:
         return f"nothing listens at {path}: connection refused (is {unit} started?)"
     if isinstance(exc, PermissionError):
         return f"permission denied on {path} (not in the clowder group?)"
-    if isinstance(exc, TimeoutError):
-        return f"{path} accepted no connection within {timeout:g} s"
     return f"cannot connect to {path}: {exc.strerror}"
 
 
 class Client:
-    """One connection, greeted; ``path`` is a unix socket's path or a ``Remote``."""
+    """One connection, greeted; ``path`` is a unix socket's path or a ``Remote``.
 
-    def __init__(self, path: str | Remote | None = None, timeout: float = CONNECT_TIMEOUT,
+    ``timeout``: the deadline of every step, by default ``deadline.seconds()``."""
+
+    def __init__(self, path: str | Remote | None = None, timeout: float | None = None,
                  peer: str = "the PTY host"):
+        timeout = deadline.seconds() if timeout is None else timeout
+        end = time.monotonic() + timeout
         # peer: who answers, in messages; where: the same with its address.
         if isinstance(path, Remote):
             try:
@@ -89,18 +129,28 @@ class Client:
             except ConnectionError as exc:
                 raise ClientError(str(exc)) from None
             self._take(transport.sock, path, path.peer, path.peer, transport)
+            self.daemon, self.location = path.daemon, f"on {path.host} (through {path})"
         else:
             path = path or default_socket()
             unit = "clowder-control.socket" if peer == "clowder-control" else \
                 "clowder-ptyhost.socket"
             self._take(connect_unix(path, timeout, unit), path, peer, f"{peer} at {path}")
-        self.sock.settimeout(timeout)
+            self.daemon, self.location = daemon_of(unit), f"at {path}"
+        self.timeout = timeout
+        self.sock.settimeout(max(0.001, end - time.monotonic()))  # for the Hello
         try:
             self.send(protocol.Hello(version=protocol.PROTOCOL_VERSION,
                                      client=f"clowderctl {__version__}"))
             # The host may be restarting: the connection waits in the socket's backlog and
-            # is served when it is back, so the first answer is allowed to take a while.
-            welcome = self.recv()
+            # is served when it is back, which the deadline allows for; a host that is
+            # frozen never serves it, and is replaced by systemd's watchdog meanwhile.
+            welcome = self._recv_by(end)
+        except socket.timeout:
+            message = self._closed(not_answering(self.daemon, self.location, timeout,
+                                                 "the greeting was not taken"), quick=True)
+            self._gave_up = True
+            self.close()
+            raise NotAnswering(message) from None
         except OSError as exc:  # e.g. ssh already gone when Hello was written
             message = self._closed(f"cannot talk to {self.peer}: {exc.strerror or exc}")
             self.close()
@@ -124,29 +174,48 @@ class Client:
         self.peer = peer
         self.where = where
         self.sock = sock
+        self.daemon, self.location = peer, ""
+        self.timeout = deadline.seconds()
+        self._allowance = 0.0  # extra seconds the last request may take (_SLOW)
+        self._unbounded = False  # replies now come when events happen: no deadline
+        self._events_next = False  # ... from the next reply on
+        self._gave_up = False  # no answer in time: ssh is not waited for at close
 
     @classmethod
-    def on_stream(cls, sock: socket.socket, peer: str) -> "Client":
+    def on_stream(cls, sock: socket.socket, peer: str, daemon: str | None = None,
+                  location: str = "") -> "Client":
         """A Client over one stream of a ``ctl.mux.Mux``: already greeted, so no Hello."""
         self = cls.__new__(cls)
         self._take(sock, None, peer, peer)
+        self.daemon, self.location = daemon or peer, location
         return self
 
-    def _closed(self, message: str) -> str:
+    def _closed(self, message: str, quick: bool = False) -> str:
         """``message``, with why ssh ended when the connection went through ssh."""
         if self.transport is None:
             return message
-        return f"{message} ({self.transport.why_closed()})"
+        return f"{message} ({self.transport.why_closed(0 if quick else 2.0)})"
 
     def send(self, msg: protocol.Message) -> None:
+        self._allowance = _SLOW.get(type(msg), 0.0)
+        self._unbounded = isinstance(msg, _UNBOUNDED)
+        self._events_next = isinstance(msg, _THEN_EVENTS)
         self.sock.sendall(protocol.encode(msg))
 
     def recv(self) -> protocol.Message:
-        """The next message; Error frames are raised, EOF is a ClientError."""
+        """The next message; Error frames are raised, EOF is a ClientError, and no reply
+        within the deadline (unless events are awaited) is NotAnswering."""
+        if self._unbounded:
+            return self._recv_by(None)
+        return self._recv_by(time.monotonic() + self.timeout + self._allowance)
+
+    def _recv_by(self, end: float | None) -> protocol.Message:
         while not self.pending:
+            if end is not None:
+                self._wait_readable(end)
             try:
                 data = self.sock.recv(1 << 16)
-            except socket.timeout:
+            except socket.timeout:  # a timeout the caller set on the socket (wait)
                 raise ClientError(f"{self.where} did not answer in time") \
                     from None
             except ConnectionResetError:
@@ -154,16 +223,36 @@ class Client:
             if not data:
                 if self.transport is not None and self.welcome is None:
                     # ssh, or the relay it runs, ended before the daemon answered.
-                    raise ClientError(self._closed(f"cannot reach {self.peer} through ssh"))
+                    message = self._closed(f"cannot reach {self.peer} through ssh")
+                    if self.transport.proc.returncode == deadline.EXIT_CODE:
+                        raise NotAnswering(message)  # the relay timed out there
+                    raise ClientError(message)
                 raise ClientError(self._closed(f"{self.peer} closed the connection"))
             try:
                 self.pending.extend(self.reader.feed(data))
             except protocol.ProtocolError as exc:
                 raise ClientError(f"invalid data from {self.peer}: {exc}") from None
         msg = self.pending.pop(0)
+        if self._events_next:
+            self._unbounded, self._events_next = True, False
         if isinstance(msg, protocol.Error):
             raise RequestFailed(msg)
         return msg
+
+    def _wait_readable(self, end: float) -> None:
+        """Return once the socket has something to read; NotAnswering at ``end``."""
+        poll = select.poll()
+        poll.register(self.sock.fileno(), select.POLLIN)
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not poll.poll(max(1, int(left * 1000))):
+                if time.monotonic() < end:
+                    continue
+                seconds = self.timeout + self._allowance
+                self._gave_up = True
+                raise NotAnswering(self._closed(
+                    not_answering(self.daemon, self.location, seconds), quick=True))
+            return
 
     def request(self, msg: protocol.Message, expect: type) -> protocol.Message:
         self.send(msg)
@@ -176,7 +265,9 @@ class Client:
     def close(self) -> None:
         self.sock.close()
         if self.transport is not None:
-            self.transport.close()  # reaps ssh (closing our end is its EOF)
+            # Reaps ssh (closing our end is its EOF).  After a daemon that did not answer,
+            # the relay there waits on it and ssh with it: end ssh without waiting.
+            self.transport.close(0.2 if self._gave_up else 3.0)
 
     def __enter__(self):
         return self
@@ -185,9 +276,9 @@ class Client:
         self.close()
 
 
-def retrying(path: str | None, deadline: float):
+def retrying(path: str | None, within: float):
     """A connected Client, retrying while the socket is missing (units starting)."""
-    end = time.monotonic() + deadline
+    end = time.monotonic() + within
     while True:
         try:
             return Client(path)

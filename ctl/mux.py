@@ -84,7 +84,9 @@ class Mux:
 
     def request_client(self, service: str) -> Client:
         """A Client speaking framed requests on a new stream to ``service``."""
-        return Client.on_stream(self.open(service), f"{self.peer} ({service} stream)")
+        where = f"{self.client.location} ({service} stream)"
+        return Client.on_stream(self.open(service), f"{self.peer} ({service} stream)",
+                                self.client.daemon, where)
 
     def close(self) -> None:
         with self._lock:

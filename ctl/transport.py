@@ -16,6 +16,7 @@ exactly as when a local daemon restarts; attach then reconnects, which runs ssh 
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import signal
@@ -23,13 +24,14 @@ import socket
 import subprocess
 from dataclasses import dataclass
 
+from . import deadline
+
 DEFAULT_SSH = "ssh"
 DEFAULT_CTL = "clowderctl"
 # Appended after $CLOWDER_SSH, so values given there win (ssh takes the first value of a
 # repeated -o).  Keep-alives make a silently dead network (a laptop that slept) end the
 # connection within a minute, so attach notices and reconnects instead of hanging.
-SSH_DEFAULTS = ("-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=15",
-                "-o", "ServerAliveCountMax=3")
+SSH_DEFAULTS = ("-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3")
 _STDERR_SHOWN = 2000  # the tail of ssh's stderr quoted in an error
 
 
@@ -61,6 +63,11 @@ class Remote:
         daemon = "the PTY host" if self.target == "host" else "clowder-control"
         return f"{daemon} on {self.host}"
 
+    @property
+    def daemon(self) -> str:
+        """The unit that answers at the other end."""
+        return "clowder-ptyhost" if self.target == "host" else "clowder-control"
+
     @staticmethod
     def remote_ctl() -> str:
         """How to run clowderctl there ($CLOWDER_REMOTE_CTL, default clowderctl)."""
@@ -69,8 +76,12 @@ class Remote:
     def ssh(self, remote_command: str) -> list[str]:
         """$CLOWDER_SSH, our defaults, HOST and a command for the remote shell."""
         ssh = shlex.split(os.environ.get("CLOWDER_SSH") or DEFAULT_SSH)
+        # ssh gives up connecting at clowderctl's deadline, saying why in its own words
+        # (the Client's deadline on the first answer covers the rest: the login, the
+        # relay and the daemon).
+        connect = f"ConnectTimeout={max(1, math.ceil(deadline.seconds()))}"
         # -T: no remote pty; the stream must stay 8-bit clean, no line discipline.
-        return [*ssh, "-T", *SSH_DEFAULTS, "--", self.host, remote_command]
+        return [*ssh, "-T", "-o", connect, *SSH_DEFAULTS, "--", self.host, remote_command]
 
     def command(self) -> list[str]:
         """The ssh command line: $CLOWDER_SSH, our defaults, HOST, the remote relay."""

@@ -44,7 +44,19 @@ RestartSec=0
 # Sessions run in their own transient units, so nothing here reaches them.
 KillMode=mixed
 TimeoutStopSec=30
+# The event loop pings every WatchdogSec/4: a host frozen (SIGSTOP) or wedged for ~10 s
+# is replaced like a crashed one, sessions kept.  systemd sends SIGABRT (and SIGCONT,
+# so a stopped host acts on it); the traceback goes to the journal, no core is dumped
+# (it would hold every parked ring), and SIGKILL follows if the abort itself hangs.
+WatchdogSec={watchdog_sec}
+TimeoutAbortSec={abort_sec}
+LimitCORE=0
 """
+
+# Longer than anything a healthy host blocks its loop for (docs/design.md, "The
+# watchdog"), short enough that a frozen host is replaced before people give up on it.
+WATCHDOG_SEC = 10
+ABORT_SEC = 5
 
 
 CONTROL_SERVICE = """\
@@ -85,7 +97,9 @@ def render(scope: str, exec_start: str, control_exec_start: str | None = None
         "clowder-ptyhost.socket": SOCKET.format(
             what="PTY host", name="ptyhost", **access, comment="# Never RemoveOnStop: the "
             "path must exist for clients through every host restart.\n"),
-        "clowder-ptyhost.service": PTYHOST_SERVICE.format(exec_start=exec_start, scope=scope),
+        "clowder-ptyhost.service": PTYHOST_SERVICE.format(
+            exec_start=exec_start, scope=scope, watchdog_sec=WATCHDOG_SEC,
+            abort_sec=ABORT_SEC),
         "clowder-control.socket": SOCKET.format(what="control", name="control", **access,
                                                 comment=""),
         "clowder-control.service": CONTROL_SERVICE.format(

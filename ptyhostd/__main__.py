@@ -22,11 +22,13 @@ sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import faulthandler  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 
 from . import __version__, fdstore, handoff  # noqa: E402
+from .watchdog import Watchdog, install_wedge_fault  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .listener import Listener  # noqa: E402
@@ -89,6 +91,13 @@ def _listeners(stored: dict[str, list[int]], path: str | None) -> list[socket.so
 async def _serve(args) -> None:
     loop = asyncio.get_running_loop()
     handed = handoff.inherited()
+    watchdog = Watchdog.from_env()
+    if watchdog is not None and handed is not None:
+        # After a hand-off systemd's watchdog is already running (the old code fed it
+        # until the exec): feed it from the first moment, adoption included.  After a
+        # restart it starts with READY=1, so a slow adoption is judged by
+        # TimeoutStartSec instead, and can never become a watchdog crash loop.
+        watchdog.start(loop)
     stored = handed if handed is not None else fdstore.inherited()
     listeners = _listeners(stored, args.socket)
     listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
@@ -112,6 +121,9 @@ async def _serve(args) -> None:
         log.info("ptyhostd %s took over by hand-off: %d sessions", __version__,
                  len(host.sessions), extra={"CLOWDER_CAUSE": "handoff"})
     fdstore.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
+    if watchdog is not None and handed is None:
+        watchdog.start(loop)
+    install_wedge_fault(loop)
     await stop.wait()
     fdstore.notify("STOPPING=1")
     await host.shutdown()
@@ -129,6 +141,9 @@ def main(argv=None) -> None:
     if args.check_handoff:
         sys.exit(handoff.check_main())
     setup_logging("ptyhostd")
+    # A watchdog timeout sends SIGABRT: the journal then shows where the loop was stuck
+    # (the unit sets LimitCORE=0, so no core of every parked ring is written).
+    faulthandler.enable()
     try:
         asyncio.run(_serve(args))
     except Exception:

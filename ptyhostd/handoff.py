@@ -156,7 +156,10 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
         passed = {**copies, **rings}
         keep = [fd for g in passed.values() for fd in g]
         env = {**os.environ, CHECK_ENV: encode_fds(passed)}
-        env.pop("NOTIFY_SOCKET", None)  # the check must not talk to systemd as us
+        # The check must not talk to systemd as us, nor feed our watchdog: a check that
+        # hangs is ended by CHECK_TIMEOUT, a host that hangs by the watchdog.
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            env.pop(name, None)
         try:
             proc = subprocess.run([sys.executable, "-m", "ptyhostd", "--check-handoff"],
                                   env=env, pass_fds=keep, capture_output=True, text=True,
@@ -195,6 +198,9 @@ def execute(keep: dict[str, list[int]]) -> None:
         for fd in fds:
             os.set_inheritable(fd, True)
         os.environ[ENV] = encode_fds(keep)
+        # The rest of the environment crosses as it is: systemd's $WATCHDOG_USEC and
+        # $WATCHDOG_PID (this same PID) tell the new code to keep feeding the watchdog,
+        # which keeps running through the exec ($LISTEN_* were unset at adoption).
         # A SIGTERM (a stop) during the new code's start-up stays pending until it can
         # handle it: the mask survives exec, and main() unblocks it once its handler is set.
         # So does a SIGHUP (a second reload), which main() then ignores instead of dying.

@@ -441,3 +441,21 @@ def _ssh_child(pid: int) -> int:
 def _last_tick(data: bytes) -> int:
     ticks = re.findall(rb"tick-(\d+)\r\n", bytes(data))
     return int(ticks[-1]) if ticks else 0
+
+
+def test_frozen_remote_host_gives_up_at_the_deadline(remote):
+    # Through ssh and the relay, the same deadline and message as on the local socket.
+    remote.ctl("ps")
+    pid = remote.main_pid("clowder-ptyhost.service")
+    remote.box.exec(["kill", "-STOP", str(pid)], check=True)
+    try:
+        start = time.monotonic()
+        proc = remote.ctl("--timeout", "3", "ps", check=False)
+        took = time.monotonic() - start
+    finally:
+        remote.box.exec(["kill", "-CONT", str(pid)], check=True)
+    err = proc.stderr.decode()
+    assert proc.returncode == 124, (proc.returncode, err)
+    assert f"clowder-ptyhost is not answering on {remote.target} (through ssh " \
+        f"{remote.target}): no reply within 3 s" in err, err
+    assert took < 3 + 4, f"gave up after {took:.1f} s"  # + ssh's login and our start

@@ -4,7 +4,7 @@ import time
 
 from ptyhostd import protocol
 
-from ..client import Client, ClientError, RequestFailed
+from ..client import Client, ClientError, NotAnswering, RequestFailed
 
 
 def add_parser(sub):
@@ -23,8 +23,8 @@ def run(args) -> int:
                     c.sock.settimeout(max(0.01, deadline - time.monotonic()))
                 msg = c.request(protocol.Wait(session=args.session), protocol.Exited)
             break
-        except RequestFailed:
-            raise
+        except (RequestFailed, NotAnswering):
+            raise  # NotAnswering: connecting or the handshake outlived the deadline
         except ClientError as exc:
             # The host restarting drops the connection; the session lives on: ask again.
             if deadline is not None and time.monotonic() > deadline:
