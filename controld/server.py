@@ -139,6 +139,12 @@ class ControlServer:
         except KeyError:
             return P.Error(message=f"no such agent: {getattr(msg, 'agent', '?')!r}",
                            code="no-agent")
+        except HostError as exc:
+            log.warning("control request %s for %s: %s", type(msg).__name__,
+                        getattr(msg, "agent", "?"), exc,
+                        extra={"CLOWDER_CAUSE": exc.code,
+                               "CLOWDER_AGENT": getattr(msg, "agent", "")})
+            return P.Error(message=str(exc), code=exc.code)
         except Exception as exc:
             log.exception("control request %s failed", type(msg).__name__)
             return P.Error(message=f"internal error: {exc!r}", code="internal")

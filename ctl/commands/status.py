@@ -53,6 +53,7 @@ def run(args) -> int:
         print(f"unclaimed session {s['id']} ({s['name']}, pid {s['pid']}): no agent claims it")
     for p in rep.problems:
         print(f"problem: {p}")
-    if not rep.host.get("reachable", True):
-        print(f"problem: PTY host unreachable: {rep.host.get('error')}")
+    if not rep.host.get("answering", rep.host.get("reachable", True)):
+        print(f"problem: PTY host not answering (agents as clowder-control last knew "
+              f"them): {rep.host.get('error')}")
     return 0
