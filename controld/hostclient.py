@@ -34,7 +34,10 @@ async def open_host(path: str, timeout: float
         writer.write(protocol.encode(protocol.Hello(version=protocol.PROTOCOL_VERSION,
                                                     client=f"clowder-control {__version__}")))
         welcome = await asyncio.wait_for(_read(reader), timeout)
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+    except asyncio.TimeoutError:
+        raise HostError(f"the PTY host at {path} is not answering (no greeting within "
+                        f"{timeout:g} s)", "host-not-answering") from None
+    except (OSError, asyncio.IncompleteReadError) as exc:
         raise HostError(f"cannot reach the PTY host at {path}: {exc!r}") from exc
     if not isinstance(welcome, protocol.Welcome):
         writer.close()
@@ -129,11 +132,7 @@ class HostConnection:
         how it ended.  On a connection of its own: the shared one stays free meanwhile."""
         if self.unanswered:
             raise HostError(self.unanswered, "host-not-answering")
-        try:
-            reader, writer = await open_host(self.path, QUICK_TIMEOUT * 3)
-        except HostError as exc:
-            raise HostError(f"the PTY host is not answering ({exc})",
-                            "host-not-answering") from None
+        reader, writer = await open_host(self.path, QUICK_TIMEOUT * 3)
         try:
             async def ask(msg, expect):
                 writer.write(protocol.encode(msg))

@@ -346,9 +346,12 @@ class Supervisor:
             rt = self.runtimes[name]
             if not rt.is_stopping():
                 live = await self.host.sessions(timeout=PROBE_TIMEOUT)  # frozen: fail now
+                sids = self._detach(rt, rec, live)
+                if not sids and rec.layout.get("down"):
+                    return rec.layout.get("stopped") or "already down"
                 rec.layout = {**rec.layout, "down": True}
                 rt.stopping = asyncio.get_running_loop().create_task(
-                    self._stop(name, rt, rec, self._detach(rt, rec, live), "down requested"))
+                    self._stop(name, rt, rec, sids, "down requested"))
                 self.save()
             stopping = rt.stopping
         return await asyncio.shield(stopping)

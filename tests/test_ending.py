@@ -72,8 +72,9 @@ def test_down_of_a_stubborn_agent_escalates_and_status_answers_meanwhile(host, c
         open(f"/proc/{info['pid']}/stat").read().split()[2] == "Z"
     st = control.agents()["stubborn"]
     assert st["state"] == "down", st
-    events = [e for e in control.journal("stubborn") if e.get("CLOWDER_CAUSE") == "stop"]
-    assert any("SIGKILL" in e["MESSAGE"] for e in events), [e["MESSAGE"] for e in events]
+    wait_for(lambda: any("SIGKILL" in e["MESSAGE"] for e in control.journal("stubborn")
+                         if e.get("CLOWDER_CAUSE") == "stop"), 10,
+             "a stop event naming SIGKILL in the journal")
 
 
 def test_agent_removed_from_the_config_is_stopped_and_gone(host, control):
