@@ -60,7 +60,7 @@ QUICK_TIMEOUT = 1.0
 # up/down/restart first ask the host for its list with this deadline: a host that is
 # restarting answers within it (seen: under 2 s), a frozen one fails the request early.
 PROBE_TIMEOUT = 2.0
-# Ending a session: the host's escalation (ptyhostd.host.ESCALATION, 8 s) and room.
+# Ending a session: the host's escalation (ptyhostd.host.Host.ESCALATION, 8 s) and room.
 END_TIMEOUT = 8.0 + 7.0
 
 

@@ -42,10 +42,6 @@ class Config:
     user_manager: bool = False
 
 
-# Ending a session (Kill with escalate): each signal and how long it may take to end
-# the session before the next.  8 s in all: inside the host's TimeoutStopSec=30 and the
-# session units' default 90 s, and short enough for a person waiting on clowderctl kill.
-ESCALATION = ((1, 3.0), (15, 3.0), (9, 2.0))  # SIGHUP, SIGTERM, SIGKILL
 AFTER_START = 0.5  # seconds from serving to the start's background checks
 
 
@@ -461,9 +457,14 @@ class Host:
 
     # --- requests on running sessions ---------------------------------------------------
 
+    # Ending a session (Kill with escalate): each signal and how long it may take to end
+    # the session before the next.  8 s in all: inside the host's TimeoutStopSec=30 and
+    # the session units' default 90 s, and short enough for a person waiting on a kill.
+    ESCALATION = ((1, 3.0), (15, 3.0), (9, 2.0))  # SIGHUP, SIGTERM, SIGKILL
+
     async def kill(self, s: Session, signal: int, escalate: bool = False) -> None:
         """Send ``signal`` to the session's unit; with ``escalate``, end the session:
-        ``signal``, then SIGTERM, then SIGKILL, each given its grace (ESCALATION), and
+        ``signal``, then SIGTERM, then SIGKILL, each given its grace (Host.ESCALATION), and
         return once the end is recorded, so a Wait or Remove right after succeeds."""
         if s.state != "running":
             raise RequestError(f"session {s.id} is not running ({s.state})", "not-running")
@@ -480,7 +481,7 @@ class Host:
             ended = self.loop.create_future()
             s.waiters.append(ended)  # deliver_exit resolves it (and clears the list)
             try:
-                for number, grace in [(signal, ESCALATION[0][1]), *ESCALATION[1:]]:
+                for number, grace in [(signal, self.ESCALATION[0][1]), *self.ESCALATION[1:]]:
                     try:
                         await self.manager.kill(s.unit, number)
                     except ManagerError as exc:

@@ -164,7 +164,7 @@ class Kill(Message):
     """Send a signal to the session's program (its whole unit). -> Ok.
 
     ``escalate``: end the session: ``signal`` (SIGHUP), then SIGTERM, then SIGKILL, each
-    after the host's grace time (ptyhostd.host.ESCALATION); Ok only once it has ended
+    after the host's grace time (ptyhostd.host.Host.ESCALATION); Ok only once it has ended
     (a Wait then says how).  A host without the field sends ``signal`` alone."""
 
     KIND = 205

@@ -7,7 +7,7 @@ from ptyhostd import protocol
 
 from ..client import Client, ClientError
 
-# How long the host takes at most to end a session (ptyhostd.host.ESCALATION), plus room.
+# How long the host takes at most to end a session (ptyhostd.host.Host.ESCALATION), plus room.
 ESCALATION_WAIT = 8 + 12
 STILL_RUNNING_AFTER = 0.5  # seconds after --signal before saying the session runs on
 
