@@ -51,6 +51,10 @@ with Client({host.socket!r}) as c:
     now = control.agents()["mine"]
     assert (now["state"], now["pid"]) == ("running", info["pid"])
     assert host.ps()[info["session"]]["state"] == "running"
+    # Its owner may (and must: a stopping host gives a program that ignores SIGHUP
+    # only its own stop timeout).
+    host.ctl("down", "mine", timeout=30)
+    assert host.ps()[info["session"]]["state"] != "running"
 
 
 def test_flood_of_downs_never_read(host, control):
