@@ -52,11 +52,11 @@ async def _read(reader: asyncio.StreamReader) -> protocol.Message:
     return msg
 
 
-# Requests the host answers at once (a list, a spawn, a remove) get REQUEST_TIMEOUT; once
-# one went unanswered, the next get QUICK_TIMEOUT until the host answers again, so a
-# frozen host makes clowder-control's requests fail fast instead of queueing behind it.
+# Requests the host answers at once (a list, a spawn, a remove) get REQUEST_TIMEOUT, the
+# wait for the shared connection included, so a frozen host holds nothing up for longer;
+# status and the user's requests ask with shorter deadlines of their own.
 REQUEST_TIMEOUT = 5.0
-QUICK_TIMEOUT = 1.0
+HELLO_TIMEOUT = 3.0  # a connection of its own (ending a session): greeted within this
 # up/down/restart first ask the host for its list with this deadline: a host that is
 # restarting answers within it (seen: under 2 s), a frozen one fails the request early.
 PROBE_TIMEOUT = 2.0
@@ -78,23 +78,20 @@ class HostConnection:
         self._lock = asyncio.Lock()
         self.unanswered: Optional[str] = None  # why the host is taken as not answering
 
-    def _deadline(self, timeout: Optional[float]) -> float:
-        limit = self.timeout if timeout is None else timeout
-        return min(limit, QUICK_TIMEOUT) if self.unanswered else limit
-
     async def request(self, msg: protocol.Message, expect: type,
                       timeout: Optional[float] = None) -> protocol.Message:
         """Send ``msg``; the answer of type ``expect``, or HostError.  ``timeout`` bounds
         the whole request, the wait for the connection included."""
-        limit = self._deadline(timeout)
+        limit = self.timeout if timeout is None else timeout
         what = type(msg).__name__
         try:
             reply = await asyncio.wait_for(self._exchange(msg), limit)
         except asyncio.TimeoutError:
-            self.unanswered = f"the PTY host is not answering ({what} got no answer " \
-                              f"within {limit:g} s)"
-            log.warning("%s", self.unanswered, extra={"CLOWDER_CAUSE": "host-not-answering"})
-            raise HostError(self.unanswered, "host-not-answering") from None
+            why = f"the PTY host is not answering ({what} got no answer within {limit:g} s)"
+            if not self.unanswered:  # once per outage, not once per status
+                log.warning("%s", why, extra={"CLOWDER_CAUSE": "host-not-answering"})
+            self.unanswered = why
+            raise HostError(why, "host-not-answering") from None
         if self.unanswered:
             log.info("the PTY host answers again", extra={"CLOWDER_CAUSE": "host-answering"})
             self.unanswered = None
@@ -132,7 +129,7 @@ class HostConnection:
         how it ended.  On a connection of its own: the shared one stays free meanwhile."""
         if self.unanswered:
             raise HostError(self.unanswered, "host-not-answering")
-        reader, writer = await open_host(self.path, QUICK_TIMEOUT * 3)
+        reader, writer = await open_host(self.path, HELLO_TIMEOUT)
         try:
             async def ask(msg, expect):
                 writer.write(protocol.encode(msg))
