@@ -20,6 +20,7 @@ from .server import ControlServer
 from .supervisor import Supervisor
 
 log = logging.getLogger("clowder-control")
+STATUS_DEADLINE = 1.0  # seconds a status waits for the PTY host's part of it
 
 
 def _parse(argv):
@@ -71,11 +72,13 @@ async def _serve(args) -> None:
         log.error("%s", warning, extra={"CLOWDER_CAUSE": "registry-error"})
 
     async def host_status() -> dict:
+        """The host's part of a status, within STATUS_DEADLINE: a frozen or restarting
+        host must not hold up a status that the rest of clowder-control can answer."""
         try:
-            sessions = await host.sessions()
-            return {"reachable": True, "sessions": len(sessions)}
+            sessions = await host.sessions(timeout=STATUS_DEADLINE)
+            return {"reachable": True, "answering": True, "sessions": len(sessions)}
         except HostError as exc:
-            return {"reachable": False, "error": str(exc)}
+            return {"reachable": False, "answering": False, "error": str(exc)}
 
     cfg = load_config(args.config, sup)
     await sup.apply(cfg, "clowder-control started")

@@ -27,7 +27,8 @@ from .watch import Watch
 MAX_ENTRIES = 10_000
 _LISTING_BYTES = protocol.MAX_DATA - 64 * 1024  # the entries' JSON, leaving room for the rest
 
-log = logging.getLogger(__name__)
+# A child of clowder-control's logger, so its journal handler serves these lines too.
+log = logging.getLogger("clowder-control.files")
 
 
 class FileError(Exception):
@@ -86,7 +87,9 @@ class FileService:
             except Exception as exc:
                 reply = error_for(exc, _describe(msg))
                 if not isinstance(exc, (FileError, paths.PathError, OSError)):
-                    log.exception("file service: %s", _describe(msg))
+                    log.exception("file service: %s", _describe(msg),
+                                  extra={"CLOWDER_CAUSE": "file-internal",
+                                         "CLOWDER_AGENT": _agent(msg)})
             try:
                 await self._send(reply)
             except BaseException:
@@ -123,7 +126,13 @@ class FileService:
             return protocol.Ok(), await self._start_watch(top, rel)
         work = {protocol.FileList: _list, protocol.FileRead: _read,
                 protocol.FileWrite: _write}[type(msg)]
-        return await asyncio.to_thread(work, top, rel, msg), None
+        reply = await asyncio.to_thread(work, top, rel, msg)
+        if isinstance(msg, protocol.FileWrite):
+            # A change to the agent's tree made by a client, not by the agent.
+            log.info("agent %s: file %s written (%d bytes) through the file service",
+                     msg.agent, paths.show(rel), len(msg.data),
+                     extra={"CLOWDER_CAUSE": "file-write", "CLOWDER_AGENT": msg.agent})
+        return reply, None
 
     async def _stop_watch(self) -> None:
         watch, self._watch = self._watch, None
@@ -142,6 +151,11 @@ class FileService:
             await watch.close()
             raise FileError("closed", "the file stream was closed")
         return watch
+
+
+def _agent(msg) -> str:
+    agent = getattr(msg, "agent", "")
+    return agent if isinstance(agent, str) else ""
 
 
 def _describe(msg) -> str:

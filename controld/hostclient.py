@@ -34,7 +34,10 @@ async def open_host(path: str, timeout: float
         writer.write(protocol.encode(protocol.Hello(version=protocol.PROTOCOL_VERSION,
                                                     client=f"clowder-control {__version__}")))
         welcome = await asyncio.wait_for(_read(reader), timeout)
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+    except asyncio.TimeoutError:
+        raise HostError(f"the PTY host at {path} is not answering (no greeting within "
+                        f"{timeout:g} s)", "host-not-answering") from None
+    except (OSError, asyncio.IncompleteReadError) as exc:
         raise HostError(f"cannot reach the PTY host at {path}: {exc!r}") from exc
     if not isinstance(welcome, protocol.Welcome):
         writer.close()
@@ -49,17 +52,52 @@ async def _read(reader: asyncio.StreamReader) -> protocol.Message:
     return msg
 
 
-class HostConnection:
-    """Requests to the host, one at a time, re-connecting after a host restart."""
+# Requests the host answers at once (a list, a spawn, a remove) get REQUEST_TIMEOUT, the
+# wait for the shared connection included, so a frozen host holds nothing up for longer;
+# status and the user's requests ask with shorter deadlines of their own.
+REQUEST_TIMEOUT = 5.0
+HELLO_TIMEOUT = 3.0  # a connection of its own (ending a session): greeted within this
+# up/down/restart first ask the host for its list with this deadline: a host that is
+# restarting answers within it (seen: under 2 s), a frozen one fails the request early.
+PROBE_TIMEOUT = 2.0
+# Ending a session: the host's escalation (ptyhostd.host.Host.ESCALATION, 8 s) and room.
+END_TIMEOUT = 8.0 + 7.0
 
-    def __init__(self, path: str, timeout: float = 30.0):
+
+class HostConnection:
+    """Requests to the host, one at a time, re-connecting after a host restart.
+
+    Only short requests use this shared connection; a long wait (ending a session) gets
+    a connection of its own (``end_session``) so it never holds the others up.
+    """
+
+    def __init__(self, path: str, timeout: float = REQUEST_TIMEOUT):
         self.path = path
         self.timeout = timeout
         self._conn: Optional[tuple] = None
         self._lock = asyncio.Lock()
+        self.unanswered: Optional[str] = None  # why the host is taken as not answering
 
-    async def request(self, msg: protocol.Message, expect: type) -> protocol.Message:
-        """Send ``msg``; the answer of type ``expect``, or HostError."""
+    async def request(self, msg: protocol.Message, expect: type,
+                      timeout: Optional[float] = None) -> protocol.Message:
+        """Send ``msg``; the answer of type ``expect``, or HostError.  ``timeout`` bounds
+        the whole request, the wait for the connection included."""
+        limit = self.timeout if timeout is None else timeout
+        what = type(msg).__name__
+        try:
+            reply = await asyncio.wait_for(self._exchange(msg), limit)
+        except asyncio.TimeoutError:
+            why = f"the PTY host is not answering ({what} got no answer within {limit:g} s)"
+            if not self.unanswered:  # once per outage, not once per status
+                log.warning("%s", why, extra={"CLOWDER_CAUSE": "host-not-answering"})
+            self.unanswered = why
+            raise HostError(why, "host-not-answering") from None
+        if self.unanswered:
+            log.info("the PTY host answers again", extra={"CLOWDER_CAUSE": "host-answering"})
+            self.unanswered = None
+        return _expect(reply, msg, expect)
+
+    async def _exchange(self, msg: protocol.Message) -> protocol.Message:
         async with self._lock:
             for attempt in (1, 2):
                 try:
@@ -67,23 +105,58 @@ class HostConnection:
                         self._conn = await open_host(self.path, self.timeout)
                     reader, writer = self._conn
                     writer.write(protocol.encode(msg))
-                    reply = await asyncio.wait_for(_read(reader), self.timeout)
-                    break
-                except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+                    return await _read(reader)
+                except asyncio.CancelledError:
+                    self._drop()  # an answer may still come: it must not answer the next
+                    raise
+                except (OSError, asyncio.IncompleteReadError) as exc:
                     self._drop()
                     # A request that may have been done must not be done twice.
                     if attempt == 2 or isinstance(msg, protocol.Spawn):
                         raise HostError(f"the PTY host connection failed during "
                                         f"{type(msg).__name__}: {exc!r}") from exc
-        if isinstance(reply, protocol.Error):
-            raise HostError(reply.message, reply.code)
-        if not isinstance(reply, expect):
-            raise HostError(f"unexpected {type(reply).__name__} for {type(msg).__name__}")
-        return reply
+                except HostError:
+                    self._drop()
+                    raise
+        raise AssertionError("unreachable")
 
-    async def sessions(self) -> dict[str, dict]:
-        reply = await self.request(protocol.ListSessions(), protocol.SessionList)
+    async def sessions(self, timeout: Optional[float] = None) -> dict[str, dict]:
+        reply = await self.request(protocol.ListSessions(), protocol.SessionList, timeout)
         return {s["id"]: s for s in reply.sessions}
+
+    async def end_session(self, sid: str) -> protocol.Exited:
+        """End session ``sid`` (the host escalates SIGHUP, SIGTERM, SIGKILL) and forget it;
+        how it ended.  On a connection of its own: the shared one stays free meanwhile."""
+        if self.unanswered:
+            raise HostError(self.unanswered, "host-not-answering")
+        reader, writer = await open_host(self.path, HELLO_TIMEOUT)
+        try:
+            async def ask(msg, expect):
+                writer.write(protocol.encode(msg))
+                return _expect(await _read(reader), msg, expect)
+            try:
+                await asyncio.wait_for(ask(protocol.Kill(session=sid, signal=1,
+                                                         escalate=True), protocol.Ok),
+                                       END_TIMEOUT)
+            except HostError as exc:
+                if exc.code != "not-running":
+                    raise
+            ended = await asyncio.wait_for(ask(protocol.Wait(session=sid), protocol.Exited),
+                                           REQUEST_TIMEOUT)
+            try:
+                await asyncio.wait_for(ask(protocol.Remove(session=sid), protocol.Ok),
+                                       REQUEST_TIMEOUT)
+            except HostError:
+                pass  # already forgotten: the host caps what it keeps
+            return ended
+        except asyncio.TimeoutError:
+            raise HostError(f"the PTY host did not end session {sid} within "
+                            f"{END_TIMEOUT:g} s", "host-not-answering") from None
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            raise HostError(f"the PTY host connection failed while ending {sid}: "
+                            f"{exc!r}") from exc
+        finally:
+            writer.close()
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -92,6 +165,14 @@ class HostConnection:
 
     async def close(self) -> None:
         self._drop()
+
+
+def _expect(reply: protocol.Message, msg: protocol.Message, expect: type):
+    if isinstance(reply, protocol.Error):
+        raise HostError(reply.message, reply.code)
+    if not isinstance(reply, expect):
+        raise HostError(f"unexpected {type(reply).__name__} for {type(msg).__name__}")
+    return reply
 
 
 class SessionWatch:

@@ -23,6 +23,9 @@ from .supervisor import Supervisor
 
 log = logging.getLogger("clowder-control")
 _CREDS = struct.Struct("3i")
+# An attach through us fails this soon when the host does not greet it (frozen, or not
+# back from a restart that takes this long): the client says why and may retry.
+ATTACH_TIMEOUT = 5.0
 
 
 class ControlServer:
@@ -96,7 +99,7 @@ class ControlServer:
                 message=f"no running agent or shell {msg.session!r}", code="no-session")))
             return
         try:
-            host_reader, host_writer = await open_host(self.supervisor.host_path, 30.0)
+            host_reader, host_writer = await open_host(self.supervisor.host_path, ATTACH_TIMEOUT)
         except HostError as exc:
             writer.write(protocol.encode(protocol.Error(message=str(exc), code="host")))
             return
@@ -139,6 +142,12 @@ class ControlServer:
         except KeyError:
             return P.Error(message=f"no such agent: {getattr(msg, 'agent', '?')!r}",
                            code="no-agent")
+        except HostError as exc:
+            log.warning("control request %s for %s: %s", type(msg).__name__,
+                        getattr(msg, "agent", "?"), exc,
+                        extra={"CLOWDER_CAUSE": exc.code,
+                               "CLOWDER_AGENT": getattr(msg, "agent", "")})
+            return P.Error(message=str(exc), code=exc.code)
         except Exception as exc:
             log.exception("control request %s failed", type(msg).__name__)
             return P.Error(message=f"internal error: {exc!r}", code="internal")

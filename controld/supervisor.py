@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -20,7 +21,7 @@ from ptyhostd import protocol
 
 from .activity import Activity
 from .config import Agent, Config, Shell, to_dict
-from .hostclient import HostConnection, HostError, SessionWatch
+from .hostclient import PROBE_TIMEOUT, HostConnection, HostError, SessionWatch
 from .registry import AgentRecord, Registry, RegistryError
 
 log = logging.getLogger("clowder-control")
@@ -35,7 +36,11 @@ def session_name(agent: str, shell: Optional[str] = None) -> str:
 
 def describe_exit(info: dict) -> str:
     if info.get("signal") is not None:
-        return f"killed by signal {info['signal']}"
+        try:
+            name = f" ({signal.Signals(info['signal']).name})"
+        except ValueError:
+            name = ""
+        return f"killed by signal {info['signal']}{name}"
     if info.get("exit_code") is not None:
         return f"exited with code {info['exit_code']}"
     return "ended (exit status unknown)"
@@ -51,6 +56,10 @@ class Runtime:
     pids: dict = field(default_factory=dict)  # role -> pid
     failures: int = 0
     respawn: Optional[asyncio.Task] = None
+    stopping: Optional[asyncio.Task] = None  # a down or restart ending its sessions
+
+    def is_stopping(self) -> bool:
+        return self.stopping is not None and not self.stopping.done()
 
 
 class Supervisor:
@@ -62,6 +71,9 @@ class Supervisor:
         self.unclaimed: list[dict] = []
         self.problems: list[str] = []
         self._lock = asyncio.Lock()
+        self.ending: set[str] = set()  # sessions being ended: neither adopted nor unclaimed
+        self._background: set[asyncio.Task] = set()  # stops of removed agents, retries
+        self._retry: Optional[asyncio.Task] = None
 
     # --- logging -----------------------------------------------------------------------
 
@@ -93,10 +105,11 @@ class Supervisor:
                 specs = {a.name: a for a in config.agents}
             else:
                 specs = self.specs_from_registry()
-            for name in list(self.runtimes):
+            # Agents gone from the configuration, also while this daemon was stopped
+            # (then only the registry remembers them).
+            for name in sorted(set(self.runtimes) | set(self.registry.agents)):
                 if name not in specs:
-                    await self._stop_agent(name, "removed from the configuration")
-                    self.registry.remove(name)
+                    self._remove_agent(name)
             for name, spec in specs.items():
                 rt = self.runtimes.get(name)
                 if rt is None:
@@ -108,8 +121,28 @@ class Supervisor:
                               "shells": [{"name": s.name, "split": s.split,
                                           "percent": s.percent} for s in spec.shells]}
                 self.registry.set(rec)
-            await self._reconcile(cause)
+            await self._reconcile_or_retry(cause)
             self.save()
+
+    def _remove_agent(self, name: str) -> None:
+        """An agent gone from the configuration: out of status now, and its sessions
+        ended as by ``down`` (in the background: a reload does not wait for them)."""
+        rt = self.runtimes.pop(name, None)
+        rec = self.registry.remove(name)
+        if rec is None:
+            return
+        sids = self._detach(rt, rec)
+        cause = "removed from the configuration"
+        self.event(name, f"{cause}: ending its {len(sids)} session(s)", "removed",
+                   rec.session or "")
+        if sids:
+            self._spawn_task(self._end_all(name, sids, cause))
+
+    def _spawn_task(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     def save(self) -> None:
         try:
@@ -121,16 +154,45 @@ class Supervisor:
 
     # --- reconcile ---------------------------------------------------------------------
 
+    async def _reconcile_or_retry(self, cause: str) -> None:
+        """Reconcile; if the host does not answer, say so and try again until it does
+        (clowder-control keeps serving status meanwhile)."""
+        try:
+            await self._reconcile(cause)
+        except HostError as exc:
+            problem = f"agents not reconciled ({cause}): {exc}; retrying"
+            if problem not in self.problems:
+                self.problems.append(problem)
+            log.error("%s", problem, extra={"CLOWDER_CAUSE": "reconcile-failed"})
+            if self._retry is None or self._retry.done():
+                self._retry = self._spawn_task(self._retry_reconcile(cause, problem))
+
+    async def _retry_reconcile(self, cause: str, problem: str) -> None:
+        delay = 1.0
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+            async with self._lock:
+                try:
+                    await self._reconcile(f"{cause}, retried")
+                except HostError:
+                    continue
+                if problem in self.problems:
+                    self.problems.remove(problem)
+                self.save()
+                return
+
     async def _reconcile(self, cause: str) -> None:
         live = await self.host.sessions()
-        running = {s["id"]: s for s in live.values() if s["state"] == "running"}
+        running = {s["id"]: s for s in live.values()
+                   if s["state"] == "running" and s["id"] not in self.ending}
         by_name = {}
         for s in running.values():
             by_name.setdefault(s["name"], s)
         claimed = set()
         for name, rt in self.runtimes.items():
             rec = self.registry.get(name)
-            if rec.layout.get("down"):
+            if rec.layout.get("down") or rt.is_stopping():
                 continue
             roles = [("", None)] + [(s.name, s) for s in rt.spec.shells]
             for role, shell in roles:
@@ -231,6 +293,8 @@ class Supervisor:
         if rec is None or rt.watches.get(role) is None:
             return
         rt.watches.pop(role, None)
+        if rt.is_stopping():
+            return
         how = describe_exit({"exit_code": msg.exit_code, "signal": msg.signal})
         if not role:
             rec.last_exit = {"exit_code": msg.exit_code, "signal": msg.signal,
@@ -244,7 +308,8 @@ class Supervisor:
         rt.failures += 1
         await asyncio.sleep(delay)
         async with self._lock:
-            if rec.layout.get("down") or role in rt.watches:
+            if rec.layout.get("down") or role in rt.watches or rt.is_stopping() or \
+                    self.runtimes.get(name) is not rt:
                 return
             await self._spawn(rt, rec, role, resume=not role, cause=f"its session {how}")
             self.save()
@@ -258,28 +323,57 @@ class Supervisor:
     # --- requests ----------------------------------------------------------------------
 
     async def up(self, name: str) -> dict:
+        rt = self.runtimes.get(name)
+        if rt is not None and rt.is_stopping():
+            await asyncio.shield(rt.stopping)  # a down or restart in progress ends first
         async with self._lock:
             rec = self._known(name)
+            await self.host.sessions(timeout=PROBE_TIMEOUT)  # a frozen host: fail now
             rec.layout = {**rec.layout, "down": False}
             self.runtimes[name].failures = 0
             await self._reconcile(f"up requested for {name}")
             self.save()
         return self.agent_status(name)
 
-    async def down(self, name: str) -> None:
+    async def down(self, name: str) -> str:
+        """Stop the agent and its shells and keep it down; how its sessions ended.
+
+        The supervisor's lock is held only to mark it down and detach its sessions:
+        ending them (up to the host's 8 s escalation) runs unlocked, so other requests
+        and a status go on meanwhile.  A second down waits for the same stop."""
         async with self._lock:
             rec = self._known(name)
-            rec.layout = {**rec.layout, "down": True}
-            await self._stop_agent(name, "down requested")
-            self.save()
+            rt = self.runtimes[name]
+            if not rt.is_stopping():
+                live = await self.host.sessions(timeout=PROBE_TIMEOUT)  # frozen: fail now
+                sids = self._detach(rt, rec, live)
+                if not sids and rec.layout.get("down"):
+                    return rec.layout.get("stopped") or "already down"
+                rec.layout = {**rec.layout, "down": True}
+                rt.stopping = asyncio.get_running_loop().create_task(
+                    self._stop(name, rt, rec, sids, "down requested"))
+                self.save()
+            stopping = rt.stopping
+        return await asyncio.shield(stopping)
 
     async def restart(self, name: str) -> dict:
         async with self._lock:
             rec = self._known(name)
-            await self._stop_agent(name, "restart requested")
+            rt = self.runtimes[name]
+            if rt.is_stopping():
+                raise HostError(f"agent {name} is being stopped: try again when it is down",
+                                "busy")
+            live = await self.host.sessions(timeout=PROBE_TIMEOUT)  # frozen: fail now
+            rt.stopping = asyncio.get_running_loop().create_task(
+                self._stop(name, rt, rec, self._detach(rt, rec, live), "restart requested"))
+            stopping = rt.stopping
+        await asyncio.shield(stopping)
+        async with self._lock:
+            rec = self._known(name)
             rec.session = None
             rec.shells = {}
             rec.layout = {**rec.layout, "down": False}
+            self.runtimes[name].failures = 0
             await self._reconcile(f"restart requested for {name}")
             self.save()
         return self.agent_status(name)
@@ -290,24 +384,50 @@ class Supervisor:
             raise KeyError(name)
         return rec
 
-    async def _stop_agent(self, name: str, cause: str) -> None:
-        rt = self.runtimes.get(name)
-        rec = self.registry.get(name)
-        if rt is None or rec is None:
-            return
-        for role, watch in list(rt.watches.items()):
-            watch.cancel()
-        rt.watches.clear()
-        for sid in [rec.session, *rec.shells.values()]:
-            if not sid:
-                continue
-            try:
-                await self.host.request(protocol.Kill(session=sid, signal=1), protocol.Ok)
-                await self.host.request(protocol.Wait(session=sid), protocol.Exited)
-            except HostError:
-                pass  # already ended
-            await self._forget(sid)
-        self.event(name, f"stopped: {cause}", "stop", rec.session or "")
+    def _detach(self, rt: Optional[Runtime], rec: AgentRecord,
+                live: Optional[dict] = None) -> list[tuple[str, str]]:
+        """Stop watching the agent's sessions (so their end is not a respawn); the
+        (role, session id) pairs to end (those the host still has, if ``live`` is its
+        list), now marked as ending."""
+        if rt is not None:
+            for watch in rt.watches.values():
+                watch.cancel()
+            rt.watches.clear()
+        sids = [(role, sid) for role, sid in [("", rec.session), *rec.shells.items()]
+                if sid and sid not in self.ending and (live is None or sid in live)]
+        self.ending.update(sid for _, sid in sids)
+        return sids
+
+    async def _stop(self, name: str, rt: Runtime, rec: AgentRecord,
+                    sids: list[tuple[str, str]], cause: str) -> str:
+        how = await self._end_all(name, sids, cause)
+        rec.layout = {**rec.layout, "stopped": how}
+        rt.pids.clear()
+        self.event(name, f"stopped: {cause}: {how}", "stop", rec.session or "")
+        self.save()
+        return how
+
+    async def _end_all(self, name: str, sids: list[tuple[str, str]], cause: str) -> str:
+        """End the sessions at once (the host escalates each); how each ended."""
+        said = await asyncio.gather(*(self._end_one(name, role, sid, cause)
+                                      for role, sid in sids))
+        return "; ".join(said) or "no session was running"
+
+    async def _end_one(self, name: str, role: str, sid: str, cause: str) -> str:
+        what = f"{role or 'agent'} session {sid}"
+        try:
+            ended = await self.host.end_session(sid)
+        except HostError as exc:
+            if exc.code == "no-session":
+                return f"{what} was already gone"
+            self.event(name, f"{what} could not be ended ({cause}): {exc}", "stop-failed",
+                       sid, level=logging.ERROR)
+            return f"{what} could not be ended: {exc}"
+        finally:
+            self.ending.discard(sid)
+        how = describe_exit({"exit_code": ended.exit_code, "signal": ended.signal})
+        self.event(name, f"{what} {how} ({cause})", "stop", sid)
+        return f"{what} {how}"
 
     def session_of(self, ref: str) -> Optional[str]:
         """The running session of ``AGENT`` or ``AGENT/SHELL``, if any."""
@@ -331,13 +451,16 @@ class Supervisor:
         now = time.time()
         busy, why = rt.activity.state(now)
         down = bool(rec.layout.get("down"))
+        state = "stopping" if rt.is_stopping() else "down" if down else \
+            "running" if "" in rt.watches else "starting"
         return {
             "name": name,
-            "state": "down" if down else ("running" if "" in rt.watches else "starting"),
+            "state": state,
             "session": rec.session, "pid": rt.pids.get(""),
             "uptime": round(now - rec.spawned_at, 1) if rec.spawned_at and not down else None,
             "activity": "down" if down else busy, "activity_reason": why,
             "last_exit": rec.last_exit, "cause": rec.cause, "spawns": rec.spawns,
+            "stopped": rec.layout.get("stopped") if down else None,
             "cwd": rt.spec.cwd,
             "shells": [{"name": s.name, "session": rec.shells.get(s.name),
                         "pid": rt.pids.get(s.name), "split": s.split, "percent": s.percent,

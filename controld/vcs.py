@@ -38,7 +38,8 @@ _GIT = ("git", "--no-pager", "--no-optional-locks", "-c", "core.fsmonitor=false"
         "-c", "core.hooksPath=/dev/null", "-c", "log.showSignature=false",
         "-c", "core.pager=cat", "-c", "protocol.allow=never")
 
-log = logging.getLogger(__name__)
+# A child of clowder-control's logger, so its journal handler serves these lines too.
+log = logging.getLogger("clowder-control.vcs")
 
 
 class VcsService:
@@ -58,7 +59,11 @@ class VcsService:
             except Exception as exc:
                 reply = error_for(exc, type(msg).__name__)
                 if not isinstance(exc, (FileError, paths.PathError, OSError)):
-                    log.exception("vcs service: %s", type(msg).__name__)
+                    agent = getattr(msg, "agent", "")
+                    log.exception("vcs service: %s", type(msg).__name__,
+                                  extra={"CLOWDER_CAUSE": "vcs-internal",
+                                         "CLOWDER_AGENT": agent if isinstance(agent, str)
+                                         else ""})
             await self._send(reply)
 
     async def close(self) -> None:

@@ -54,7 +54,8 @@ _MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | 
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
 
 _libc = ctypes.CDLL(None, use_errno=True)
-log = logging.getLogger(__name__)
+# A child of clowder-control's logger, so its journal handler serves these lines too.
+log = logging.getLogger("clowder-control.watch")
 
 
 def _check(result: int, what: str) -> int:
@@ -183,7 +184,8 @@ class Watch:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            log.warning("reading the inotify fd of a watch of %s: %s", self._top, exc)
+            log.warning("reading the inotify fd of a watch of %s: %s", self._top, exc,
+                        extra={"CLOWDER_CAUSE": "watch-read"})
             self._stop_reading()
             return
         pos = 0
@@ -253,6 +255,7 @@ class Watch:
             try:
                 await self._send(protocol.FileEvents(events=events, overflow=overflow))
             except Exception as exc:  # the stream is gone: stop, close() cleans up
-                log.info("watch of %s stopped: sending its events failed: %s", self._top, exc)
+                log.info("watch of %s stopped: sending its events failed: %s", self._top, exc,
+                         extra={"CLOWDER_CAUSE": "watch-send"})
                 self._stop_reading()
                 return

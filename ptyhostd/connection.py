@@ -187,7 +187,7 @@ class Connection(asyncio.Protocol):
                 s.waiters.append(fut)
                 self.send(await fut)
         elif isinstance(msg, P.Kill):
-            await self.host.kill(self._session(msg.session), msg.signal)
+            await self.host.kill(self._session(msg.session), msg.signal, msg.escalate)
             self.send(P.Ok())
         elif isinstance(msg, P.Remove):
             s = self._session(msg.session)

@@ -722,15 +722,56 @@ class Host:
 
     # --- requests on running sessions ---------------------------------------------------
 
-    async def kill(self, s: Session, signal: int) -> None:
+    # Ending a session (Kill with escalate): each signal and how long it may take to end
+    # the session before the next.  8 s in all: inside the host's TimeoutStopSec=30 and
+    # the session units' default 90 s, and short enough for a person waiting on a kill.
+    ESCALATION = ((1, 3.0), (15, 3.0), (9, 2.0))  # SIGHUP, SIGTERM, SIGKILL
+
+    async def kill(self, s: Session, signal: int, escalate: bool = False) -> None:
+        """Send ``signal`` to the session's unit; with ``escalate``, end the session:
+        ``signal``, then SIGTERM, then SIGKILL, each given its grace (Host.ESCALATION), and
+        return once the end is recorded, so a Wait or Remove right after succeeds."""
         if s.state != "running":
             raise RequestError(f"session {s.id} is not running ({s.state})", "not-running")
         if not 1 <= signal <= 64:
             raise RequestError(f"invalid signal number {signal}", "bad-request")
-        try:
-            await self.manager.kill(s.unit, signal)
-        except ManagerError as exc:
-            raise RequestError(str(exc), "kill") from exc
+        if not escalate:
+            try:
+                await self.manager.kill(s.unit, signal)
+            except ManagerError as exc:
+                raise RequestError(str(exc), "kill") from exc
+            return
+
+        async def escalation() -> None:
+            ended = self.loop.create_future()
+            s.waiters.append(ended)  # deliver_exit resolves it (and clears the list)
+            try:
+                for number, grace in [(signal, self.ESCALATION[0][1]), *self.ESCALATION[1:]]:
+                    try:
+                        await self.manager.kill(s.unit, number)
+                    except ManagerError as exc:
+                        if not ended.done() and s.state == "running":
+                            raise RequestError(str(exc), "kill") from exc
+                    log.info("session %s: ending it: signal %d sent, waiting %g s", s.id,
+                             number, grace, extra={"CLOWDER_SESSION": s.id,
+                                                   "CLOWDER_CAUSE": "kill-escalate"})
+                    try:
+                        await asyncio.wait_for(asyncio.shield(ended), grace)
+                        return
+                    except asyncio.TimeoutError:
+                        pass
+                raise RequestError(f"session {s.id} still runs {grace:g} s after SIGKILL "
+                                   f"(a process stuck in the kernel?)", "kill")
+            finally:
+                if ended in s.waiters:
+                    s.waiters.remove(ended)
+
+        # A client that goes away mid-way does not stop the ending it asked for.
+        task = self.loop.create_task(escalation())
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: (self._tasks.discard(t),
+                                          t.cancelled() or t.exception()))
+        await asyncio.shield(task)
 
     def resize(self, s: Session, cols: int, rows: int) -> None:
         if not pty.valid_size(cols, rows):

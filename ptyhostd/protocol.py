@@ -161,11 +161,16 @@ class Wait(Message):
 
 @_register
 class Kill(Message):
-    """Send a signal to the session's program (its whole unit). -> Ok."""
+    """Send a signal to the session's program (its whole unit). -> Ok.
+
+    ``escalate``: end the session: ``signal`` (SIGHUP), then SIGTERM, then SIGKILL, each
+    after the host's grace time (ptyhostd.host.Host.ESCALATION); Ok only once it has ended
+    (a Wait then says how).  A host without the field sends ``signal`` alone."""
 
     KIND = 205
     session: str
     signal: int = 15
+    escalate: bool = False
 
 
 @_register

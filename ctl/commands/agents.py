@@ -9,7 +9,8 @@ from ..client import Client, default_control_socket
 
 def add_parser(sub):
     for name, helptext in (("up", "start an agent and its shells"),
-                           ("down", "stop an agent and its shells, and keep it down"),
+                           ("down", "stop an agent and its shells (SIGHUP, then SIGTERM, "
+                                    "then SIGKILL) and keep it down"),
                            ("restart", "restart an agent with its normal command")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("agent", metavar="AGENT")
@@ -23,12 +24,19 @@ def run(args) -> int:
     expect = protocol.Ok if args.verb == "down" else protocol.AgentInfo
     with Client(args.control_socket or default_control_socket()) as c:
         reply = c.request(msg, expect)
+        if args.verb == "down":
+            # How its sessions ended (SIGHUP, or escalated to SIGTERM / SIGKILL).
+            status = c.request(protocol.GetStatus(), protocol.StatusReport)
+            agent = next((a for a in status.agents if a["name"] == args.agent), {})
     if isinstance(reply, protocol.AgentInfo):
         a = reply.agent
         if args.json:
             print(json.dumps(a))
         else:
             print(f"{a['name']}: {a['state']} (session {a['session']}, pid {a['pid']})")
+    elif args.json:
+        print(json.dumps(agent))
     else:
-        print(f"{args.agent}: down")
+        how = agent.get("stopped")
+        print(f"{args.agent}: down" + (f" ({how})" if how else ""))
     return 0

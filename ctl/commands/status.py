@@ -45,7 +45,8 @@ def run(args) -> int:
                           for s in a["shells"]) or "-"
         rows.append((a["name"], a["state"], a["activity"], str(a["pid"] or "-"),
                      a["session"] or "-", _uptime(a["uptime"]), _exit(a["last_exit"]),
-                     shells, a["cause"] or "-"))
+                     shells, (a.get("stopped") if a["state"] == "down" else None)
+                     or a["cause"] or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1])
@@ -53,6 +54,7 @@ def run(args) -> int:
         print(f"unclaimed session {s['id']} ({s['name']}, pid {s['pid']}): no agent claims it")
     for p in rep.problems:
         print(f"problem: {p}")
-    if not rep.host.get("reachable", True):
-        print(f"problem: PTY host unreachable: {rep.host.get('error')}")
+    if not rep.host.get("answering", rep.host.get("reachable", True)):
+        print(f"problem: PTY host not answering (agents as clowder-control last knew "
+              f"them): {rep.host.get('error')}")
     return 0

@@ -1,0 +1,105 @@
+"""Hostile clients of clowder-control's down and of the host's kill.
+
+A second unprivileged user may not end someone else's agent or session (with or without
+the escalation); one client that sends many down/kill requests and never reads the
+answers keeps clowder-control's memory bounded and every other client served.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from conftest import PYTHON, ensure_user, wait_for
+from ptyhostd import protocol as P
+from test_control import agent_yaml, control  # noqa: F401 - the fixture
+from test_ending import STUBBORN, control_socket, timed_status
+
+
+def rss_kib(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_other_user_cannot_down_or_kill(host, control):
+    control.write_config("agents:\n" + agent_yaml("mine", STUBBORN, control.workdir))
+    info = control.wait_running(["mine"])["mine"]
+    ensure_user("bob", 2002, "clowder")
+    for verb in ("down", "restart"):
+        r = host.ctl(verb, "mine", user="bob", check=False)
+        assert r.returncode != 0 and b"uid 2002 may not change agents" in r.stderr, r
+    for args in (["kill", info["session"]], ["kill", "--signal", "KILL", info["session"]],
+                 ["kill", "agent:mine"]):
+        r = host.ctl(*args, user="bob", check=False, timeout=20)
+        assert r.returncode != 0 and b"no such session" in r.stderr, (args, r.stderr)
+    # The escalating kill on the wire, straight to the host, as bob: refused the same way.
+    r = host.run([PYTHON, "-c", f"""
+from ctl.client import Client, RequestFailed
+from ptyhostd import protocol as P
+with Client({host.socket!r}) as c:
+    try:
+        c.request(P.Kill(session={info['session']!r}, signal=1, escalate=True), P.Ok)
+    except RequestFailed as exc:
+        print(exc.code)
+"""], user="bob")
+    assert r.stdout.strip() == b"no-session", r
+    now = control.agents()["mine"]
+    assert (now["state"], now["pid"]) == ("running", info["pid"])
+    assert host.ps()[info["session"]]["state"] == "running"
+    # Its owner may (and must: a stopping host gives a program that ignores SIGHUP
+    # only its own stop timeout).
+    host.ctl("down", "mine", timeout=30)
+    assert host.ps().get(info["session"], {}).get("state") != "running"
+
+
+def test_flood_of_downs_never_read(host, control):
+    control.write_config("agents:\n" + agent_yaml("victim", STUBBORN, control.workdir)
+                         + agent_yaml("bystander", "sleep 100000", control.workdir))
+    before = control.wait_running(["victim", "bystander"])
+    pid = int(host.show("clowder-control.service", "MainPID")["MainPID"])
+    rss0 = rss_kib(pid)
+    frames = b"".join(P.encode(m) for m in (P.AgentDown(agent="victim"),
+                                            P.Kill(session=before["victim"]["session"]),
+                                            P.AgentDown(agent="no-such-agent")))
+    flooders = []
+    try:
+        for _ in range(4):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(control_socket(host))
+            s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION, client="flood")))
+            s.settimeout(0.5)
+            flooders.append(s)
+        sent = 0
+        active = list(flooders)
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and active:
+            for s in list(active):
+                try:
+                    s.sendall(frames * 200)
+                    sent += 600
+                except socket.timeout:
+                    # The daemon stopped reading this one: that is the point.  (A frame
+                    # may be half-sent: nothing more goes on this connection.)
+                    active.remove(s)
+            # Meanwhile every other client is served at once.
+            took, rep = timed_status(host)
+            assert took < 1.0, f"status took {took:.2f} s during the flood"
+        assert sent > 1000, sent
+        # The stubborn victim was ended once, by escalation, while nobody read.
+        wait_for(lambda: control.agents()["victim"]["state"] == "down", 20,
+                 "the flooded down to take effect")
+        growth = rss_kib(pid) - rss0
+        assert growth < 30 * 1024, f"clowder-control grew by {growth} KiB"
+        by = control.agents()["bystander"]
+        assert (by["state"], by["pid"]) == ("running", before["bystander"]["pid"])
+        assert host.ps().get(before["victim"]["session"], {}).get("state") != "running"
+    finally:
+        for s in flooders:
+            s.close()
+    took, _ = timed_status(host)
+    assert took < 1.0
