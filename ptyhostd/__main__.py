@@ -23,7 +23,7 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 
-from . import __version__, fdstore, handoff  # noqa: E402
+from . import __version__, fdstore, handoff, inputqueue  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .log import setup as setup_logging  # noqa: E402
@@ -43,6 +43,14 @@ def _parse(argv):
     p.add_argument("--backlog-bytes", type=int,
                    default=int(os.environ.get("CLOWDER_BACKLOG_BYTES", 4 << 20)),
                    help="raw output kept per session (default 4 MiB)")
+    p.add_argument("--input-queue-bytes", type=int,
+                   default=int(os.environ.get("CLOWDER_INPUT_QUEUE_BYTES", 4 << 20)),
+                   help="input queued per session before its writers stop being read "
+                        "(default 4 MiB)")
+    p.add_argument("--input-deadline", type=float,
+                   default=float(os.environ.get("CLOWDER_INPUT_DEADLINE", 10)),
+                   help="seconds a send may wait on a program that reads none of its "
+                        "input before it fails (default 10)")
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
     p.add_argument("--check-handoff", action="store_true",
                    help="(internal) dry-run restore of a running host's state, for reload")
@@ -51,6 +59,8 @@ def _parse(argv):
         args.user = os.getuid() != 0
     if args.backlog_bytes < 4096:
         p.error("--backlog-bytes must be at least 4096")
+    if args.input_queue_bytes < 4096 or args.input_deadline <= 0:
+        p.error("--input-queue-bytes must be at least 4096 and --input-deadline positive")
     return args
 
 
@@ -84,6 +94,7 @@ async def _serve(args) -> None:
     listeners = _listeners(stored, args.socket)
     listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
+    inputqueue.configure(args.input_queue_bytes, args.input_deadline)
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user), parked)
     for sock in listeners:

@@ -1,6 +1,8 @@
 """clowderctl attach: an interactive terminal on a session, with a detach key."""
 
+import collections
 import os
+import select
 import selectors
 import signal
 import sys
@@ -36,6 +38,10 @@ def parse_key(text: str) -> int:
     raise ValueError(f"invalid detach key {text!r}: use ^X, e.g. ^]")
 
 
+# Frames queued for the host past which stdin is not read (the host is not reading us).
+OUT_HIGH = 1 << 20
+
+
 def _size() -> tuple[int, int]:
     try:
         return os.get_terminal_size(sys.stdin.fileno())
@@ -53,6 +59,9 @@ class _Session:
         self.out = sys.stdout.buffer
         self.resized = False
         self.unsent = b""  # keys read just as the host went away: sent after reattaching
+        self.outbuf = bytearray()  # frames not yet taken by the socket
+        self.out_total = 0  # bytes of frames the socket took on this connection
+        self.inflight: collections.deque = collections.deque()  # (frame end, keys)
         self.history = b""  # text put into the scrollback before the first repaint
 
     def run(self, first: bool) -> tuple[str, object]:
@@ -106,27 +115,48 @@ class _Session:
         return None
 
     def _stream(self, c: Client) -> tuple[str, object]:
+        # Both directions without blocking: when the host stops reading us (its input
+        # queue for the session is full) we must keep reading its output, or each waits
+        # for the other.  Frames wait in self.outbuf; stdin is not read while it is long.
+        c.sock.setblocking(False)
+        self.outbuf = bytearray()
         sel = selectors.DefaultSelector()
         sel.register(c.sock, selectors.EVENT_READ, "sock")
         stdin = sys.stdin.fileno()
-        sel.register(stdin, selectors.EVENT_READ, "stdin")
+        stdin_open = True
         # Without this, a SIGWINCH would only be noticed when select() next returned:
         # Python restarts an interrupted select() after running the handler.
         sel.register(self.wakeup, selectors.EVENT_READ, "signal")
+        reading_stdin = False
+        sock_events = selectors.EVENT_READ
         try:
             if self.unsent:
                 data, self.unsent = self.unsent, b""
-                if not self._input(c, data):
-                    return "dropped", None
+                self._input(data)
             while True:
-                for sk, _ in sel.select():
-                    if sk.data == "sock":
+                want_stdin = stdin_open and len(self.outbuf) < OUT_HIGH
+                if want_stdin != reading_stdin:
+                    if want_stdin:
+                        sel.register(stdin, selectors.EVENT_READ, "stdin")
+                    else:
+                        sel.unregister(stdin)
+                    reading_stdin = want_stdin
+                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.outbuf else 0)
+                if events != sock_events:
+                    sel.modify(c.sock, events, "sock")
+                    sock_events = events
+                for sk, ev in sel.select():
+                    if sk.data == "sock" and ev & selectors.EVENT_WRITE:
+                        self._flush(c)
+                    if sk.data == "sock" and ev & selectors.EVENT_READ:
                         try:
                             data = c.sock.recv(1 << 16)
+                        except BlockingIOError:
+                            continue
                         except ConnectionResetError:
                             data = b""
                         if not data:
-                            return "dropped", None
+                            return self._dropped()
                         try:
                             messages = c.reader.feed(data)
                         except protocol.ProtocolError as exc:
@@ -137,46 +167,69 @@ class _Session:
                             return ended
                     elif sk.data == "signal":
                         _drain(self.wakeup)  # the handler has set self.resized
-                    else:
-                        data = os.read(stdin, 4096)
+                    elif sk.data == "stdin":
+                        data = os.read(stdin, 1 << 16)
                         if not data:
                             sel.unregister(stdin)
+                            stdin_open = reading_stdin = False
                             continue
                         if self.key in data:
                             before = data[:data.index(self.key)]
-                            try:
-                                if before and not self.args.read_only:
-                                    c.send(protocol.Input(data=before))
-                                c.send(protocol.Detach())
-                            except OSError:
-                                pass  # the host is gone: detached all the same
+                            if before and not self.args.read_only:
+                                self._input(before)
+                            self.outbuf += protocol.encode(protocol.Detach())
+                            self._flush_all(c)
                             return "detached", None
-                        if not self.args.read_only and not self._input(c, data):
-                            return "dropped", None
+                        if not self.args.read_only:
+                            self._input(data)
                 if self.resized:
                     self.resized = False
                     cols, rows = _size()
                     if cols and rows and not self.args.read_only:
-                        c.send(protocol.Resize(cols=cols, rows=rows))
+                        self.outbuf += protocol.encode(protocol.Resize(cols=cols, rows=rows))
         except (BrokenPipeError, ConnectionResetError):
-            # The host went away (a restart) before we read its EOF, and a Resize or
-            # Detach found the connection closed: dropped, as at EOF.
-            return "dropped", None
+            # The host went away (a restart) before we read its EOF: dropped, as at EOF.
+            return self._dropped()
         finally:
             sel.close()
 
-    def _input(self, c: Client, data: bytes) -> bool:
-        """Send keystrokes; False if the connection is gone (they are kept to resend)."""
+    def _input(self, data: bytes) -> None:
+        """Queue keystrokes for the host, in frames of at most MAX_DATA."""
+        for i in range(0, len(data), protocol.MAX_DATA):
+            chunk = data[i:i + protocol.MAX_DATA]
+            self.outbuf += protocol.encode(protocol.Input(data=chunk))
+            self.inflight.append((self.out_total + len(self.outbuf), chunk))
+
+    def _flush(self, c: Client) -> None:
+        """Send what the socket takes now (BrokenPipeError: the host is gone)."""
         try:
-            c.send(protocol.Input(data=data))
-            return True
-        except (BrokenPipeError, ConnectionResetError):
-            # A restart closed the host's end before we saw its EOF.  These keys did not
-            # reach it (an AF_UNIX write to a closed peer fails whole), so they are sent
-            # once reattached.  Left to propagate, the BrokenPipeError would end the
-            # attach with status 0, as if detached (main takes it for a closed stdout).
-            self.unsent = data
-            return False
+            n = c.sock.send(self.outbuf)
+        except BlockingIOError:
+            return
+        del self.outbuf[:n]
+        self.out_total += n
+        # Keys whose frame is wholly in the socket are the host's now (an AF_UNIX write
+        # to a closed peer fails whole, so nothing written is lost on that side).
+        while self.inflight and self.inflight[0][0] <= self.out_total:
+            self.inflight.popleft()
+
+    def _flush_all(self, c: Client) -> None:
+        """Send what is queued, waiting at most a few seconds (detaching)."""
+        deadline = time.monotonic() + 5
+        try:
+            while self.outbuf and time.monotonic() < deadline:
+                select.select([], [c.sock], [], max(0.0, deadline - time.monotonic()))
+                self._flush(c)
+        except OSError:
+            pass  # the host is gone: detached all the same
+
+    def _dropped(self) -> tuple[str, object]:
+        """The connection is gone: keys that never reached it are sent once reattached."""
+        self.unsent = b"".join(chunk for _, chunk in self.inflight)
+        self.inflight.clear()
+        self.outbuf = bytearray()
+        self.out_total = 0
+        return "dropped", None
 
 
 def _drain(fd: int) -> None:
