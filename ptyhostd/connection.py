@@ -14,7 +14,7 @@ import socket
 import struct
 from typing import Optional
 
-from . import __version__, handoff, protocol
+from . import __version__, handoff, inputseq, protocol
 from .host import Host, RequestError
 from .session import SCREEN_CATCH_UP, Attachment, Session
 
@@ -283,13 +283,24 @@ class Connection(asyncio.Protocol):
         s = self._session(msg.session)
         att = Attachment(self, s, msg.read_only, repaints=msg.replay < 0,
                          size=(msg.cols, msg.rows))
+        input_seq = None
+        if msg.token is not None and not msg.read_only and s.state == "running":
+            if not inputseq.valid_token(msg.token):
+                raise RequestError(f"invalid input token {msg.token!r}", "bad-request")
+            table = self.host.input_seq
+            known = table.known(s.id, msg.token)
+            att.token = table.token(s.id, msg.token)
+            att.token.conn = self
+            # Unknown (a new client, or a record lost): -1, so a client never resends
+            # on a guess; it numbers on and the host follows (Token.take).
+            input_seq = att.token.written if known else -1
         # The size belongs to the client that typed last; a new writer takes it if no
         # one holds it.  A read-only watcher never does.
         if not msg.read_only and s.state == "running" and s.size_owner not in s.attachments:
             s.size_owner = att
             if msg.cols and msg.rows:
                 self.host.resize(s, msg.cols, msg.rows)
-        self.send(protocol.Attached(session=s.info()))
+        self.send(protocol.Attached(session=s.info(), input_seq=input_seq))
         if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
             att.pos = max(s.ring.tail, s.ring.head - msg.replay)
         else:  # a terminal: the current screen, repainted, then live output
@@ -321,7 +332,13 @@ class Connection(asyncio.Protocol):
                     s.size_owner = att  # typing takes the size
                     if all(att.size):
                         self.host.resize(s, *att.size)
-                self._write_input(s, msg.data)
+                tok = att.token
+                if tok is None or msg.seq is None:
+                    self._write_input(s, msg.data)
+                else:  # numbered: what the host took before a reattach is not retaken
+                    data = tok.take(msg.seq, msg.data)
+                    if data:
+                        self._write_input(s, data, on_written=tok.on_written)
             else:
                 att.size = (msg.cols, msg.rows)
                 if s.size_owner in (att, None) or s.size_owner not in s.attachments:
@@ -332,6 +349,9 @@ class Connection(asyncio.Protocol):
 
     def _detach(self) -> None:
         if self.attachment is not None:
+            tok = self.attachment.token
+            if tok is not None and tok.conn is self:
+                tok.conn = None
             self.attachment.session.attachments.discard(self.attachment)
             self.attachment = None
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from . import fdstore, handoff, protocol, pty
+from . import fdstore, handoff, inputseq, protocol, pty
 from .fd import Fd
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
@@ -136,6 +136,8 @@ class Host:
                     fdstore.unpark(slot)
                 fdstore.park(slot, fd.fd)
         host = cls(config, manager, manifest)
+        # Before the sessions: what each attach client's input reached (inputseq.py).
+        host.input_seq = inputseq.InputSeqTable.start(stored.pop(inputseq.NAME, []))
         await host._adopt(records, stored, save_now=not valid)
         for fd in stored.get(handoff.SCREENS, []):
             host._seed_screens(handoff.unpack_screens(fd))
@@ -454,6 +456,7 @@ class Host:
         self.sessions.pop(s.id, None)
         s.close_fds(keep_ring=False)
         fdstore.unpark(f"r.{s.id}")
+        self.input_seq.forget(s.id)
 
     # --- requests on running sessions ---------------------------------------------------
 
@@ -484,6 +487,7 @@ class Host:
     def parked(self) -> dict[str, list[int]]:
         """Every fd this host keeps across an exec, by its FD store name."""
         fds: dict[str, list[int]] = {slot: [fd.fileno()] for slot, fd in self.manifest.fds.items()}
+        fds[inputseq.NAME] = [self.input_seq.fd]
         for s in self.sessions.values():
             fds[f"r.{s.id}"] = [s.ring.fd.fileno()]
             if s.master is not None:

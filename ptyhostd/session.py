@@ -61,6 +61,7 @@ class Attachment:
         self.size = size  # the client's terminal size; applied while it owns the size
         self.pos = session.ring.head
         self.paused = False
+        self.token = None  # its numbered input stream (inputseq.Token), if it has one
 
     def push(self, start: int, data: bytes) -> None:
         """Live bytes at ring offset ``start``; sent only if the client is in step."""

@@ -162,3 +162,63 @@ def test_session_end_releases_queued_input(host):
     err = proc.stderr.decode()
     assert sid in err and "ended" in err and "not delivered" in err, err
     assert time.monotonic() - t0 < 9, "the Send was not answered when the session ended"
+
+
+# --- keystrokes typed while the host dies arrive exactly once ------------------------
+
+
+def test_lines_typed_across_kill9_arrive_exactly_once(host, workdir):
+    path = f"{workdir}/typed"
+    sid = _reader(host, path)
+    client = Attach(host, sid)
+    stop = threading.Event()
+    typed = []
+    try:
+        client.wait_raw()
+
+        def type_lines():
+            n = 0
+            while not stop.is_set():
+                line = b"line %06d\n" % n
+                os.write(client.master, line)
+                typed.append(line)
+                n += 1
+                time.sleep(0.002)  # a fast typist (or a slow paste): the pacing is the input
+
+        def show():
+            while not stop.is_set() and not client.eof:
+                client._read(0.05)
+        threads = [threading.Thread(target=type_lines, daemon=True),
+                   threading.Thread(target=show, daemon=True)]
+        for t in threads:
+            t.start()
+        for _ in range(4):
+            before = os.path.getsize(path) if os.path.exists(path) else 0
+            wait_for(lambda: os.path.exists(path) and os.path.getsize(path) > before + 2000,
+                     20, "typed lines to reach the session (the client reattached)")
+            host.kill9()
+        size = os.path.getsize(path)
+        wait_for(lambda: os.path.getsize(path) > size + 2000, 20,
+                 "typed lines to reach the session after the last kill")
+        stop.set()
+        for t in threads:
+            t.join(10)
+        expected = b"".join(typed)
+
+        def arrived():
+            with open(path, "rb") as f:
+                return f.read()
+        wait_for(lambda: len(arrived()) >= len(expected), 20,
+                 f"all {len(typed)} lines ({len(expected)} bytes) to arrive")
+        got = arrived()
+        if got != expected:
+            lines = got.split(b"\n")
+            dup = len(lines) - len(set(lines))
+            missing = len(set(expected.split(b"\n")) - set(lines))
+            pytest.fail(f"{len(typed)} lines typed: {dup} arrived twice, {missing} never, "
+                        f"first difference at byte "
+                        f"{next(i for i, (a, b) in enumerate(zip(got, expected + b'?' * len(got))) if a != b)}")
+        assert client.proc.poll() is None, "the attach client ended"
+    finally:
+        stop.set()
+        client.close()

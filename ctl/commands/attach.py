@@ -2,6 +2,7 @@
 
 import collections
 import os
+import secrets
 import select
 import selectors
 import signal
@@ -40,6 +41,9 @@ def parse_key(text: str) -> int:
 
 # Frames queued for the host past which stdin is not read (the host is not reading us).
 OUT_HIGH = 1 << 20
+# Input the host has not acknowledged past which stdin is not read either (it is kept
+# to be resent; the host acknowledges every 64 KiB it writes).
+UNACKED_HIGH = 2 << 20
 
 
 def _size() -> tuple[int, int]:
@@ -58,10 +62,19 @@ class _Session:
         self.wakeup = wakeup  # readable when a signal arrived (signal.set_wakeup_fd)
         self.out = sys.stdout.buffer
         self.resized = False
-        self.unsent = b""  # keys read just as the host went away: sent after reattaching
+        # Input is one numbered stream per run (the token): the host says how much of
+        # it reached the pty, on each attach (Attached.input_seq) and now and then
+        # (InputAck); what it has not acknowledged is kept, and resent on a reattach,
+        # so keys typed while the host died arrive exactly once.
+        self.token = secrets.token_hex(8)
+        self.seq = 0  # the stream offset after the last key read
+        self.acked = 0  # the host has written up to here
+        self.unacked = bytearray()  # the stream from acked to seq
+        self.handed = 0  # the offset whose frames the socket took whole
+        self.numbered = False  # whether this host acknowledges our input
         self.outbuf = bytearray()  # frames not yet taken by the socket
         self.out_total = 0  # bytes of frames the socket took on this connection
-        self.inflight: collections.deque = collections.deque()  # (frame end, keys)
+        self.inflight: collections.deque = collections.deque()  # (frame end, seq after)
         self.history = b""  # text put into the scrollback before the first repaint
 
     def run(self, first: bool) -> tuple[str, object]:
@@ -71,8 +84,9 @@ class _Session:
         try:
             c = Client(self.args.target)
             c.send(protocol.Attach(session=self.args.session, cols=cols, rows=rows,
-                                   read_only=self.args.read_only))
-            c.recv()  # Attached (errors raise)
+                                   read_only=self.args.read_only,
+                                   token=None if self.args.read_only else self.token))
+            attached = c.recv()  # Attached (errors raise)
         except (ClientError, OSError) as exc:
             if c is not None:
                 c.close()
@@ -84,6 +98,13 @@ class _Session:
             # once more, as after any restart.
             return "dropped", None
         with c:
+            # Resent from what the host wrote; a host that does not say (an older one,
+            # or its record was lost) is taken to have what the socket took whole.
+            # -1: it numbers our input but has no record of it (new, or lost).
+            seq = getattr(attached, "input_seq", None)
+            self.numbered = seq is not None
+            self._ack(seq if self.numbered and self.acked <= seq <= self.seq
+                      else max(self.handed, self.acked))
             if not first:
                 self.out.write(b"\x1bc")  # the backlog replays onto a clean screen
             elif self.history:
@@ -104,6 +125,8 @@ class _Session:
         for msg in messages:
             if isinstance(msg, protocol.Output):
                 self.out.write(msg.data)
+            elif isinstance(msg, protocol.InputAck):
+                self._ack(msg.seq)
             elif isinstance(msg, protocol.Exited):
                 self.out.flush()
                 return "exited", msg
@@ -130,11 +153,10 @@ class _Session:
         reading_stdin = False
         sock_events = selectors.EVENT_READ
         try:
-            if self.unsent:
-                data, self.unsent = self.unsent, b""
-                self._input(data)
+            self._frame(bytes(self.unacked), self.acked)  # what the host may not have
             while True:
-                want_stdin = stdin_open and len(self.outbuf) < OUT_HIGH
+                want_stdin = stdin_open and len(self.outbuf) < OUT_HIGH \
+                    and len(self.unacked) < UNACKED_HIGH
                 if want_stdin != reading_stdin:
                     if want_stdin:
                         sel.register(stdin, selectors.EVENT_READ, "stdin")
@@ -194,11 +216,24 @@ class _Session:
             sel.close()
 
     def _input(self, data: bytes) -> None:
-        """Queue keystrokes for the host, in frames of at most MAX_DATA."""
+        """New keystrokes: kept until acknowledged, and queued for the host."""
+        self.unacked += data
+        self._frame(data, self.seq)
+        self.seq += len(data)
+
+    def _frame(self, data: bytes, start: int) -> None:
+        """Queue ``data`` (the stream from offset ``start``) in frames of at most MAX_DATA."""
         for i in range(0, len(data), protocol.MAX_DATA):
             chunk = data[i:i + protocol.MAX_DATA]
-            self.outbuf += protocol.encode(protocol.Input(data=chunk))
-            self.inflight.append((self.out_total + len(self.outbuf), chunk))
+            end = start + i + len(chunk)
+            self.outbuf += protocol.encode(protocol.Input(data=chunk, seq=end))
+            self.inflight.append((self.out_total + len(self.outbuf), end))
+
+    def _ack(self, seq: int) -> None:
+        """The host has the stream up to ``seq``: forget it here."""
+        if seq > self.acked:
+            del self.unacked[:seq - self.acked]
+            self.acked = seq
 
     def _flush(self, c: Client) -> None:
         """Send what the socket takes now (BrokenPipeError: the host is gone)."""
@@ -211,7 +246,9 @@ class _Session:
         # Keys whose frame is wholly in the socket are the host's now (an AF_UNIX write
         # to a closed peer fails whole, so nothing written is lost on that side).
         while self.inflight and self.inflight[0][0] <= self.out_total:
-            self.inflight.popleft()
+            self.handed = max(self.handed, self.inflight.popleft()[1])
+        if not self.numbered:
+            self._ack(self.handed)  # a host that never acknowledges: as before
 
     def _flush_all(self, c: Client) -> None:
         """Send what is queued, waiting at most a few seconds (detaching)."""
@@ -224,8 +261,7 @@ class _Session:
             pass  # the host is gone: detached all the same
 
     def _dropped(self) -> tuple[str, object]:
-        """The connection is gone: keys that never reached it are sent once reattached."""
-        self.unsent = b"".join(chunk for _, chunk in self.inflight)
+        """The connection is gone: what it did not acknowledge is resent on reattach."""
         self.inflight.clear()
         self.outbuf = bytearray()
         self.out_total = 0
