@@ -335,6 +335,8 @@ class Connection(asyncio.Protocol):
                 tok = att.token
                 if tok is None or msg.seq is None:
                     self._write_input(s, msg.data)
+                elif not 0 <= msg.seq < 1 << 62:
+                    raise RequestError(f"input sequence {msg.seq} out of range", "bad-field")
                 else:  # numbered: what the host took before a reattach is not retaken
                     data = tok.take(msg.seq, msg.data)
                     if data:

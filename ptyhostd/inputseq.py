@@ -93,7 +93,8 @@ class InputSeqTable:
             sid, token, _, used = _SLOT.unpack_from(self.map, _HEADER.size + i * _SLOT.size)
             if used:
                 self.index[(sid.rstrip(b"\0").decode(), token.rstrip(b"\0").decode())] = i
-        self.free = [i for i in range(SLOTS - 1, -1, -1) if i not in self.index.values()]
+        used = set(self.index.values())
+        self.free = [i for i in range(SLOTS - 1, -1, -1) if i not in used]
 
     @classmethod
     def start(cls, fds: list[int]) -> "InputSeqTable":
