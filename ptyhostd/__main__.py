@@ -23,7 +23,7 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 
-from . import __version__, fdstore, handoff, inputqueue, inputseq  # noqa: E402
+from . import __version__, fdstore, handoff, inputqueue  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .log import setup as setup_logging  # noqa: E402
@@ -66,8 +66,7 @@ def _parse(argv):
 
 def _is_parked(name: str) -> bool:
     """Everything but the listening sockets."""
-    return name.startswith(("m.", "r.")) or name in SLOTS \
-        or name in (handoff.SCREENS, inputseq.NAME)
+    return name.startswith(("m.", "r.")) or name in SLOTS or name == handoff.SCREENS
 
 
 def _listeners(stored: dict[str, list[int]], path: str | None) -> list[socket.socket]:

@@ -487,7 +487,6 @@ class Host:
     def parked(self) -> dict[str, list[int]]:
         """Every fd this host keeps across an exec, by its FD store name."""
         fds: dict[str, list[int]] = {slot: [fd.fileno()] for slot, fd in self.manifest.fds.items()}
-        fds[inputseq.NAME] = [self.input_seq.fd]
         for s in self.sessions.values():
             fds[f"r.{s.id}"] = [s.ring.fd.fileno()]
             if s.master is not None:
@@ -516,7 +515,8 @@ class Host:
                 for s in self.sessions.values() if s.screen is not None})
             try:
                 # returns only on failure
-                handoff.execute({**self.parked(), **listeners, handoff.SCREENS: [screens]})
+                handoff.execute({**self.parked(), **listeners, handoff.SCREENS: [screens],
+                                 inputseq.NAME: [self.input_seq.fd]})
             finally:
                 os.close(screens)
         except handoff.HandoffError as exc:

@@ -32,7 +32,11 @@ from . import fdstore, protocol
 
 log = logging.getLogger("ptyhostd")
 
-NAME = "inputseq"
+# Named like a ring on purpose: code from before this table sees a ring no session
+# claims, and closes and unparks it (a name it did not know would be taken for a
+# listening socket, and it would not start).  The hand-off check, which inspects rings,
+# is never given it (Host.handoff adds it only to what crosses the exec).
+NAME = "r.-inputseq"
 MAGIC = b"clowdrinseq1"  # 12 bytes; the 1 is the layout's version
 _HEADER = struct.Struct("<12sI")
 _SLOT = struct.Struct("<16s16sQd")
