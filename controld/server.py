@@ -105,7 +105,7 @@ class ControlServer:
             return
         host_writer.write(protocol.encode(protocol.Attach(
             session=sid, cols=msg.cols, rows=msg.rows, read_only=msg.read_only,
-            replay=msg.replay)))
+            replay=msg.replay, token=msg.token)))
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             while data := await src.read(1 << 16):

@@ -35,7 +35,7 @@ ExecStart={exec_start} --{scope}
 # reload = an in-place hand-off to the installed code: same PID, every session kept.
 ExecReload=/bin/kill -HUP $MAINPID
 # Pty masters, backlog rings and the manifest wait here across restarts and crashes.
-# Two entries a session (ptyhostd/fdstore.py counts them): 8,191 sessions, three host fds
+# Two entries a session (ptyhostd/fdstore.py counts them): 8,190 sessions, three host fds
 # each; the host refuses a spawn that would not fit, and reads this value at each spawn.
 FileDescriptorStoreMax=16384
 LimitNOFILE=65536

@@ -27,13 +27,13 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 
-from . import __version__, fdstore, handoff  # noqa: E402
-from .watchdog import Watchdog, install_wedge_fault  # noqa: E402
+from . import __version__, fdstore, handoff, inputqueue  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .listener import Listener  # noqa: E402
 from .log import setup as setup_logging  # noqa: E402
 from .manifest import SLOTS  # noqa: E402
+from .watchdog import Watchdog, install_wedge_fault  # noqa: E402
 
 log = logging.getLogger("ptyhostd")
 
@@ -52,6 +52,14 @@ def _parse(argv):
     p.add_argument("--max-sessions-per-user", type=int,
                    default=int(os.environ.get("CLOWDER_MAX_SESSIONS_PER_USER", 1024)),
                    help="running sessions a non-root user may have (default 1024)")
+    p.add_argument("--input-queue-bytes", type=int,
+                   default=int(os.environ.get("CLOWDER_INPUT_QUEUE_BYTES", 4 << 20)),
+                   help="input queued per session before its writers stop being read "
+                        "(default 4 MiB)")
+    p.add_argument("--input-deadline", type=float,
+                   default=float(os.environ.get("CLOWDER_INPUT_DEADLINE", 10)),
+                   help="seconds a send may wait on a program that reads none of its "
+                        "input before it fails (default 10)")
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
     p.add_argument("--check-handoff", action="store_true",
                    help="(internal) dry-run restore of a running host's state, for reload")
@@ -62,6 +70,8 @@ def _parse(argv):
         p.error("--backlog-bytes must be at least 4096")
     if args.max_sessions_per_user < 1:
         p.error("--max-sessions-per-user must be at least 1")
+    if args.input_queue_bytes < 4096 or args.input_deadline <= 0:
+        p.error("--input-queue-bytes must be at least 4096 and --input-deadline positive")
     return args
 
 
@@ -102,6 +112,7 @@ async def _serve(args) -> None:
     listeners = _listeners(stored, args.socket)
     listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
+    inputqueue.configure(args.input_queue_bytes, args.input_deadline)
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user,
                                    max_sessions_per_user=args.max_sessions_per_user), parked)

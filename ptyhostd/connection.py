@@ -14,8 +14,7 @@ import socket
 import struct
 from typing import Optional
 
-from . import __version__, handoff, protocol
-from .pty import write_some
+from . import __version__, handoff, inputseq, protocol
 from .host import Host, RequestError
 from .session import SCREEN_CATCH_UP, Attachment, Session
 
@@ -24,6 +23,9 @@ log = logging.getLogger("ptyhostd")
 # A client's unsent output beyond this is not queued: it catches up from the ring.
 CLIENT_HIGH_WATER = 1 << 20
 CLIENT_LOW_WATER = 256 << 10
+# Requests read but not yet handled (e.g. Sends behind a Wait): past this many bytes
+# the client stops being read until the worker catches up, so memory stays bounded.
+REQUESTS_HIGH_WATER = 2 << 20
 _CREDS = struct.Struct("3i")
 
 
@@ -38,7 +40,9 @@ class Connection(asyncio.Protocol):
         self.attachment: Optional[Attachment] = None
         self.closed = False
         self._queue: asyncio.Queue = asyncio.Queue()
+        self._queued_bytes = 0  # of the requests in _queue
         self._worker: Optional[asyncio.Task] = None
+        self._pauses: set[str] = set()  # why the client is not being read
 
     # --- transport events --------------------------------------------------------------
 
@@ -74,12 +78,35 @@ class Connection(asyncio.Protocol):
                 # Requests, and keystrokes typed before the attach is done (a client
                 # goes raw before the host has answered its Attach): in order.
                 self._queue.put_nowait(msg)
+                self._queued_bytes += _cost(msg)
+                if self._queued_bytes > REQUESTS_HIGH_WATER:
+                    self._pause("requests")
 
     def connection_lost(self, exc) -> None:
         self.closed = True
         self._detach()
         if self._worker is not None:
             self._worker.cancel()
+
+    # --- flow control of what the client sends -----------------------------------------
+
+    def _pause(self, why: str) -> None:
+        if not self._pauses and not self.closed:
+            self.transport.pause_reading()
+        self._pauses.add(why)
+
+    def _resume(self, why: str) -> None:
+        if why in self._pauses:
+            self._pauses.discard(why)
+            if not self._pauses and not self.closed:
+                self.transport.resume_reading()
+
+    def pause_input(self) -> None:
+        """A session's input queue is full with what we sent: stop reading us."""
+        self._pause("input")
+
+    def resume_input(self) -> None:
+        self._resume("input")
 
     def pause_writing(self) -> None:
         if self.attachment is not None:
@@ -127,6 +154,9 @@ class Connection(asyncio.Protocol):
         """Handle queued requests one at a time, in order."""
         while True:
             msg = await self._queue.get()
+            self._queued_bytes -= _cost(msg)
+            if self._queued_bytes <= REQUESTS_HIGH_WATER // 2:
+                self._resume("requests")
             try:
                 await self._handle(msg)
             except RequestError as exc:
@@ -168,7 +198,13 @@ class Connection(asyncio.Protocol):
             self.send(P.SessionList(sessions=[s.info() for s in self.host.sessions.values()
                                               if self._may(s)]))
         elif isinstance(msg, P.Send):
-            self._write_input(self._session(msg.session), msg.data)
+            # Answered once every byte is written to the pty (see inputqueue.py).
+            s = self._session(msg.session)
+            fut = self._write_input(s, msg.data, wait=True)
+            if fut is not None:
+                why = await fut
+                if why is not None:
+                    raise RequestError(why, "not-reading")
             self.send(P.Ok())
         elif isinstance(msg, P.GetBacklog):
             ring = self._session(msg.session).ring
@@ -223,28 +259,48 @@ class Connection(asyncio.Protocol):
         else:
             raise RequestError(f"{type(msg).__name__} is not a request", "bad-request")
 
-    def _write_input(self, s: Session, data: bytes) -> None:
+    def _write_input(self, s: Session, data: bytes, wait: bool = False,
+                     on_written=None) -> Optional[asyncio.Future]:
+        """Write to the session's pty or queue behind what is queued; with ``wait``, a
+        future for when it is written (None: done already), resolved to None or why not."""
         if s.state != "running" or s.master is None:
             raise RequestError(f"session {s.id} is not running ({s.state})", "not-running")
-        view = memoryview(data)
-        while view:
-            n = write_some(s.master.fd, view)
-            if n == 0:
-                raise RequestError(f"session {s.id} is not reading its input "
-                                   f"({len(view)} bytes not delivered)", "input-full")
-            view = view[n:]
+        done = None
+        if wait:
+            fut = asyncio.get_running_loop().create_future()
+
+            def done(why, fut=fut):
+                if not fut.done():
+                    fut.set_result(why)
+        try:
+            if s.input.write(data, self, done, on_written):
+                return None
+        except OSError as exc:
+            raise RequestError(f"session {s.id}: writing its input: {exc}", "input-failed")
+        return fut if wait else None
 
     def _attach(self, msg: protocol.Attach) -> None:
         s = self._session(msg.session)
         att = Attachment(self, s, msg.read_only, repaints=msg.replay < 0,
                          size=(msg.cols, msg.rows))
+        input_seq = None
+        if msg.token is not None and not msg.read_only and s.state == "running":
+            if not inputseq.valid_token(msg.token):
+                raise RequestError(f"invalid input token {msg.token!r}", "bad-request")
+            table = self.host.input_seq
+            known = table.known(s.id, msg.token)
+            att.token = table.token(s.id, msg.token)
+            att.token.conn = self
+            # Unknown (a new client, or a record lost): -1, so a client never resends
+            # on a guess; it numbers on and the host follows (Token.take).
+            input_seq = att.token.written if known else -1
         # The size belongs to the client that typed last; a new writer takes it if no
         # one holds it.  A read-only watcher never does.
         if not msg.read_only and s.state == "running" and s.size_owner not in s.attachments:
             s.size_owner = att
             if msg.cols and msg.rows:
                 self.host.resize(s, msg.cols, msg.rows)
-        self.send(protocol.Attached(session=s.info()))
+        self.send(protocol.Attached(session=s.info(), input_seq=input_seq))
         if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
             att.pos = max(s.ring.tail, s.ring.head - msg.replay)
         else:  # a terminal: the current screen, repainted, then live output
@@ -276,7 +332,15 @@ class Connection(asyncio.Protocol):
                     s.size_owner = att  # typing takes the size
                     if all(att.size):
                         self.host.resize(s, *att.size)
-                self._write_input(s, msg.data)
+                tok = att.token
+                if tok is None or msg.seq is None:
+                    self._write_input(s, msg.data)
+                elif not 0 <= msg.seq < 1 << 62:
+                    raise RequestError(f"input sequence {msg.seq} out of range", "bad-field")
+                else:  # numbered: what the host took before a reattach is not retaken
+                    data = tok.take(msg.seq, msg.data)
+                    if data:
+                        self._write_input(s, data, on_written=tok.on_written)
             else:
                 att.size = (msg.cols, msg.rows)
                 if s.size_owner in (att, None) or s.size_owner not in s.attachments:
@@ -287,5 +351,14 @@ class Connection(asyncio.Protocol):
 
     def _detach(self) -> None:
         if self.attachment is not None:
+            tok = self.attachment.token
+            if tok is not None and tok.conn is self:
+                tok.conn = None
             self.attachment.session.attachments.discard(self.attachment)
             self.attachment = None
+
+
+def _cost(msg: protocol.Message) -> int:
+    """What a queued request holds in memory, roughly."""
+    data = getattr(msg, "data", None)
+    return 256 + (len(data) if isinstance(data, (bytes, bytearray)) else 0)

@@ -21,15 +21,15 @@ _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 # What the host keeps, counted in one place: whoever parks a new kind of fd changes these.
 # In systemd's store: per session its pty master ``m.<id>`` and its backlog ring
 # ``r.<id>``; an ended session keeps only its ring until it is forgotten; once,
-# ``manifest.a`` and ``manifest.b``.
+# ``manifest.a``, ``manifest.b`` and the input record ``r.-inputseq`` (inputseq.py).
 STORE_PER_SESSION = 2
 STORE_PER_ENDED = 1
-STORE_FIXED = 2
+STORE_FIXED = 3
 # Open in the host process: per session the master, the ring and the pidfd; during a
 # spawn the pty's slave too; during a hand-off the screens memfd (it crosses the exec
 # inherited, never through the store: if it is ever parked, count it in STORE_FIXED).
-# The unit's numbers agree: FileDescriptorStoreMax=16384 holds 8,191 sessions, which
-# hold 24,573 of the LimitNOFILE=65536 fds.
+# The unit's numbers agree: FileDescriptorStoreMax=16384 holds 8,190 sessions, which
+# hold 24,570 of the LimitNOFILE=65536 fds.
 HOST_PER_SESSION = 3
 HOST_SPAWNING = 4  # master, slave, ring, pidfd
 HOST_HANDOFF = 1

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from . import faults, fdstore, handoff, protocol, pty
+from . import faults, fdstore, handoff, inputseq, protocol, pty
 from .fd import Fd
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
@@ -42,7 +42,7 @@ class Config:
     max_exited: int = 256  # ended sessions kept for ps/wait/backlog before the oldest go
     user_manager: bool = False
     # Running sessions one non-root uid may have: one user takes at most 1/8 of the
-    # store's 8,191 sessions (FileDescriptorStoreMax=16384, two fds each).
+    # store's 8,190 sessions (FileDescriptorStoreMax=16384, two fds each).
     max_sessions_per_user: int = 1024
 
 
@@ -153,6 +153,8 @@ class Host:
                 fdstore.unpark(slot)
             fdstore.park(slot, manifest.fds[slot].fd)
         host = cls(config, manager, manifest)
+        # Before the sessions: what each attach client's input reached (inputseq.py).
+        host.input_seq = inputseq.InputSeqTable.start(stored.pop(inputseq.NAME, []))
         await host._adopt(records, stored, save_now=not valid)
         for fd in stored.get(handoff.SCREENS, []):
             host._seed_screens(handoff.unpack_screens(fd))
@@ -719,6 +721,7 @@ class Host:
         self.sessions.pop(s.id, None)
         s.close_fds(keep_ring=False)
         fdstore.unpark(f"r.{s.id}")
+        self.input_seq.forget(s.id)
 
     # --- requests on running sessions ---------------------------------------------------
 
@@ -823,7 +826,8 @@ class Host:
                 for s in self.sessions.values() if s.screen is not None})
             try:
                 # returns only on failure
-                handoff.execute({**self.parked(), **listeners, handoff.SCREENS: [screens]})
+                handoff.execute({**self.parked(), **listeners, handoff.SCREENS: [screens],
+                                 inputseq.NAME: [self.input_seq.fd]})
             finally:
                 os.close(screens)
         except handoff.HandoffError as exc:

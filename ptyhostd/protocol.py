@@ -183,6 +183,9 @@ class Attach(Message):
     rows: int = 0
     read_only: bool = False
     replay: int = -1  # -1: the screen, repainted; N >= 0: the last N raw bytes instead
+    # A client's random name for its input stream, the same on each reattach of one run:
+    # the host then numbers what it wrote of it (Input.seq, Attached.input_seq).
+    token: Optional[str] = None
 
 
 @_register
@@ -191,6 +194,7 @@ class Input(Message):
 
     KIND = 207
     data: bytes = b""
+    seq: Optional[int] = None  # with a token: the stream offset of the end of ``data``
 
 
 @_register
@@ -293,6 +297,17 @@ class Attached(Message):
 
     KIND = 305
     session: dict
+    # With a token: how much of its input stream the host wrote to the pty (resend what
+    # follows); -1: the host has no record of that token (a new client, or lost).
+    input_seq: Optional[int] = None
+
+
+@_register
+class InputAck(Message):
+    """Host -> attached client with a token: its input up to ``seq`` is in the pty."""
+
+    KIND = 309
+    seq: int
 
 
 # 4xx: the control plane (client -> clowder-control), answered as each docstring says

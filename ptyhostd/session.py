@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from . import protocol
 from .fd import Fd
+from .inputqueue import InputQueue
 from .ring import Ring
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class Attachment:
         self.size = size  # the client's terminal size; applied while it owns the size
         self.pos = session.ring.head
         self.paused = False
+        self.token = None  # its numbered input stream (inputseq.Token), if it has one
 
     def push(self, start: int, data: bytes) -> None:
         """Live bytes at ring offset ``start``; sent only if the client is in step."""
@@ -123,6 +125,7 @@ class Session:
         self.screen_pos = 0
         self.last_output = 0.0
         self.size_owner: Optional[Attachment] = None  # the client that typed last
+        self.input = InputQueue(self)  # what its writers sent that the pty has not taken
         self._json_key: tuple = ()
         self._json = ""
 
@@ -286,6 +289,7 @@ class Session:
 
     def close_fds(self, keep_ring: bool = True) -> None:
         """Close the master and pidfd (and the ring unless kept); idempotent."""
+        self.input.close("the session ended")
         self.stop_reading()
         self.unwatch_pid()
         if self.pidfd is not None:

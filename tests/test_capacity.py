@@ -16,10 +16,12 @@ import time
 from conftest import wait_for
 
 from ptyhostd import protocol as P
+from ptyhostd.fdstore import STORE_FIXED, STORE_PER_SESSION
 
-# A store of 8 holds the two manifest copies and three sessions (a master and a ring each).
-SMALL_STORE = 8
+# A store that holds the host's own fds (the two manifest copies, the input record) and
+# exactly three sessions (a master and a ring each).
 FITS = 3
+SMALL_STORE = STORE_FIXED + FITS * STORE_PER_SESSION
 
 
 def spawn_refused(host, *argv) -> str:
@@ -44,7 +46,8 @@ def test_full_store_refuses_and_kill9_keeps_every_session(host):
     err = spawn_refused(host, "sleep", "100000")
     assert "FD store" in err and f"{SMALL_STORE} of {SMALL_STORE}" in err, err
     assert "FileDescriptorStoreMax" in err, err
-    wait_for(lambda: stored(host)[0] == SMALL_STORE, 10, "systemd to hold the 8 parked fds")
+    wait_for(lambda: stored(host)[0] == SMALL_STORE, 10,
+             f"systemd to hold the {SMALL_STORE} parked fds")
     # After a restart (which keeps the store) the host still counts it full.
     host.restart()
     assert "FD store" in spawn_refused(host, "true")
@@ -159,8 +162,9 @@ def test_max_lowered_below_what_is_parked_is_reported(host):
     fds at once (measured on 252): the next spawn is refused and says so."""
     for _ in range(2):
         host.spawn("sleep", "100000")
-    wait_for(lambda: stored(host)[0] == 6, 10, "systemd to hold 2 manifests + 2 sessions")
+    held = STORE_FIXED + 2 * STORE_PER_SESSION
+    wait_for(lambda: stored(host)[0] == held, 10, "systemd to hold the host's fds + 2 sessions")
     host.drop_in("[Service]\nFileDescriptorStoreMax=4\n")
     assert stored(host)[0] == 4
     err = spawn_refused(host, "true")
-    assert "6 of 4" in err and "already closed 2 parked fds" in err, err
+    assert f"{held} of 4" in err and f"already closed {held - 4} parked fds" in err, err

@@ -1,6 +1,9 @@
 """clowderctl attach: an interactive terminal on a session, with a detach key."""
 
+import collections
 import os
+import secrets
+import select
 import selectors
 import signal
 import sys
@@ -36,6 +39,13 @@ def parse_key(text: str) -> int:
     raise ValueError(f"invalid detach key {text!r}: use ^X, e.g. ^]")
 
 
+# Frames queued for the host past which stdin is not read (the host is not reading us).
+OUT_HIGH = 1 << 20
+# Input the host has not acknowledged past which stdin is not read either (it is kept
+# to be resent; the host acknowledges every 64 KiB it writes).
+UNACKED_HIGH = 2 << 20
+
+
 def _size() -> tuple[int, int]:
     try:
         return os.get_terminal_size(sys.stdin.fileno())
@@ -52,7 +62,19 @@ class _Session:
         self.wakeup = wakeup  # readable when a signal arrived (signal.set_wakeup_fd)
         self.out = sys.stdout.buffer
         self.resized = False
-        self.unsent = b""  # keys read just as the host went away: sent after reattaching
+        # Input is one numbered stream per run (the token): the host says how much of
+        # it reached the pty, on each attach (Attached.input_seq) and now and then
+        # (InputAck); what it has not acknowledged is kept, and resent on a reattach,
+        # so keys typed while the host died arrive exactly once.
+        self.token = secrets.token_hex(8)
+        self.seq = 0  # the stream offset after the last key read
+        self.acked = 0  # the host has written up to here
+        self.unacked = bytearray()  # the stream from acked to seq
+        self.handed = 0  # the offset whose frames the socket took whole
+        self.numbered = False  # whether this host acknowledges our input
+        self.outbuf = bytearray()  # frames not yet taken by the socket
+        self.out_total = 0  # bytes of frames the socket took on this connection
+        self.inflight: collections.deque = collections.deque()  # (frame end, seq after)
         self.history = b""  # text put into the scrollback before the first repaint
 
     def run(self, first: bool) -> tuple[str, object]:
@@ -62,8 +84,9 @@ class _Session:
         try:
             c = Client(self.args.target)
             c.send(protocol.Attach(session=self.args.session, cols=cols, rows=rows,
-                                   read_only=self.args.read_only))
-            c.recv()  # Attached (errors raise)
+                                   read_only=self.args.read_only,
+                                   token=None if self.args.read_only else self.token))
+            attached = c.recv()  # Attached (errors raise)
         except (ClientError, OSError) as exc:
             if c is not None:
                 c.close()
@@ -75,6 +98,13 @@ class _Session:
             # once more, as after any restart.
             return "dropped", None
         with c:
+            # Resent from what the host wrote; a host that does not say (an older one,
+            # or its record was lost) is taken to have what the socket took whole.
+            # -1: it numbers our input but has no record of it (new, or lost).
+            seq = getattr(attached, "input_seq", None)
+            self.numbered = seq is not None
+            self._ack(seq if self.numbered and self.acked <= seq <= self.seq
+                      else max(self.handed, self.acked))
             if not first:
                 self.out.write(b"\x1bc")  # the backlog replays onto a clean screen
             elif self.history:
@@ -95,6 +125,8 @@ class _Session:
         for msg in messages:
             if isinstance(msg, protocol.Output):
                 self.out.write(msg.data)
+            elif isinstance(msg, protocol.InputAck):
+                self._ack(msg.seq)
             elif isinstance(msg, protocol.Exited):
                 self.out.flush()
                 return "exited", msg
@@ -106,27 +138,47 @@ class _Session:
         return None
 
     def _stream(self, c: Client) -> tuple[str, object]:
+        # Both directions without blocking: when the host stops reading us (its input
+        # queue for the session is full) we must keep reading its output, or each waits
+        # for the other.  Frames wait in self.outbuf; stdin is not read while it is long.
+        c.sock.setblocking(False)
+        self.outbuf = bytearray()
         sel = selectors.DefaultSelector()
         sel.register(c.sock, selectors.EVENT_READ, "sock")
         stdin = sys.stdin.fileno()
-        sel.register(stdin, selectors.EVENT_READ, "stdin")
+        stdin_open = True
         # Without this, a SIGWINCH would only be noticed when select() next returned:
         # Python restarts an interrupted select() after running the handler.
         sel.register(self.wakeup, selectors.EVENT_READ, "signal")
+        reading_stdin = False
+        sock_events = selectors.EVENT_READ
         try:
-            if self.unsent:
-                data, self.unsent = self.unsent, b""
-                if not self._input(c, data):
-                    return "dropped", None
+            self._frame(bytes(self.unacked), self.acked)  # what the host may not have
             while True:
-                for sk, _ in sel.select():
-                    if sk.data == "sock":
+                want_stdin = stdin_open and len(self.outbuf) < OUT_HIGH \
+                    and len(self.unacked) < UNACKED_HIGH
+                if want_stdin != reading_stdin:
+                    if want_stdin:
+                        sel.register(stdin, selectors.EVENT_READ, "stdin")
+                    else:
+                        sel.unregister(stdin)
+                    reading_stdin = want_stdin
+                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.outbuf else 0)
+                if events != sock_events:
+                    sel.modify(c.sock, events, "sock")
+                    sock_events = events
+                for sk, ev in sel.select():
+                    if sk.data == "sock" and ev & selectors.EVENT_WRITE:
+                        self._flush(c)
+                    if sk.data == "sock" and ev & selectors.EVENT_READ:
                         try:
                             data = c.sock.recv(1 << 16)
+                        except BlockingIOError:
+                            continue
                         except ConnectionResetError:
                             data = b""
                         if not data:
-                            return "dropped", None
+                            return self._dropped()
                         try:
                             messages = c.reader.feed(data)
                         except protocol.ProtocolError as exc:
@@ -137,46 +189,83 @@ class _Session:
                             return ended
                     elif sk.data == "signal":
                         _drain(self.wakeup)  # the handler has set self.resized
-                    else:
-                        data = os.read(stdin, 4096)
+                    elif sk.data == "stdin":
+                        data = os.read(stdin, 1 << 16)
                         if not data:
                             sel.unregister(stdin)
+                            stdin_open = reading_stdin = False
                             continue
                         if self.key in data:
                             before = data[:data.index(self.key)]
-                            try:
-                                if before and not self.args.read_only:
-                                    c.send(protocol.Input(data=before))
-                                c.send(protocol.Detach())
-                            except OSError:
-                                pass  # the host is gone: detached all the same
+                            if before and not self.args.read_only:
+                                self._input(before)
+                            self.outbuf += protocol.encode(protocol.Detach())
+                            self._flush_all(c)
                             return "detached", None
-                        if not self.args.read_only and not self._input(c, data):
-                            return "dropped", None
+                        if not self.args.read_only:
+                            self._input(data)
                 if self.resized:
                     self.resized = False
                     cols, rows = _size()
                     if cols and rows and not self.args.read_only:
-                        c.send(protocol.Resize(cols=cols, rows=rows))
+                        self.outbuf += protocol.encode(protocol.Resize(cols=cols, rows=rows))
         except (BrokenPipeError, ConnectionResetError):
-            # The host went away (a restart) before we read its EOF, and a Resize or
-            # Detach found the connection closed: dropped, as at EOF.
-            return "dropped", None
+            # The host went away (a restart) before we read its EOF: dropped, as at EOF.
+            return self._dropped()
         finally:
             sel.close()
 
-    def _input(self, c: Client, data: bytes) -> bool:
-        """Send keystrokes; False if the connection is gone (they are kept to resend)."""
+    def _input(self, data: bytes) -> None:
+        """New keystrokes: kept until acknowledged, and queued for the host."""
+        self.unacked += data
+        self._frame(data, self.seq)
+        self.seq += len(data)
+
+    def _frame(self, data: bytes, start: int) -> None:
+        """Queue ``data`` (the stream from offset ``start``) in frames of at most MAX_DATA."""
+        for i in range(0, len(data), protocol.MAX_DATA):
+            chunk = data[i:i + protocol.MAX_DATA]
+            end = start + i + len(chunk)
+            self.outbuf += protocol.encode(protocol.Input(data=chunk, seq=end))
+            self.inflight.append((self.out_total + len(self.outbuf), end))
+
+    def _ack(self, seq: int) -> None:
+        """The host has the stream up to ``seq``: forget it here."""
+        if seq > self.acked:
+            del self.unacked[:seq - self.acked]
+            self.acked = seq
+
+    def _flush(self, c: Client) -> None:
+        """Send what the socket takes now (BrokenPipeError: the host is gone)."""
         try:
-            c.send(protocol.Input(data=data))
-            return True
-        except (BrokenPipeError, ConnectionResetError):
-            # A restart closed the host's end before we saw its EOF.  These keys did not
-            # reach it (an AF_UNIX write to a closed peer fails whole), so they are sent
-            # once reattached.  Left to propagate, the BrokenPipeError would end the
-            # attach with status 0, as if detached (main takes it for a closed stdout).
-            self.unsent = data
-            return False
+            n = c.sock.send(self.outbuf)
+        except BlockingIOError:
+            return
+        del self.outbuf[:n]
+        self.out_total += n
+        # Keys whose frame is wholly in the socket are the host's now (an AF_UNIX write
+        # to a closed peer fails whole, so nothing written is lost on that side).
+        while self.inflight and self.inflight[0][0] <= self.out_total:
+            self.handed = max(self.handed, self.inflight.popleft()[1])
+        if not self.numbered:
+            self._ack(self.handed)  # a host that never acknowledges: as before
+
+    def _flush_all(self, c: Client) -> None:
+        """Send what is queued, waiting at most a few seconds (detaching)."""
+        deadline = time.monotonic() + 5
+        try:
+            while self.outbuf and time.monotonic() < deadline:
+                select.select([], [c.sock], [], max(0.0, deadline - time.monotonic()))
+                self._flush(c)
+        except OSError:
+            pass  # the host is gone: detached all the same
+
+    def _dropped(self) -> tuple[str, object]:
+        """The connection is gone: what it did not acknowledge is resent on reattach."""
+        self.inflight.clear()
+        self.outbuf = bytearray()
+        self.out_total = 0
+        return "dropped", None
 
 
 def _drain(fd: int) -> None:

@@ -1,10 +1,16 @@
-"""clowderctl send: type text (or stdin) into a session."""
+"""clowderctl send: type text (or stdin) into a session.
+
+Each chunk is answered once the host has written it to the session's pty, so a success
+means every byte was delivered.  A program that reads none of its input for the host's
+deadline (10 s by default) makes the send fail, saying how many bytes did not arrive;
+the host drops those (nothing is left to arrive later).
+"""
 
 import sys
 
 from ptyhostd import protocol
 
-from ..client import Client
+from ..client import Client, RequestFailed
 
 
 def add_parser(sub):
@@ -18,6 +24,15 @@ def run(args) -> int:
     data = args.text.encode() if args.text is not None else sys.stdin.buffer.read()
     with Client(args.socket) as c:
         for i in range(0, max(len(data), 1), protocol.MAX_DATA):
-            c.request(protocol.Send(session=args.session, data=data[i:i + protocol.MAX_DATA]),
-                      protocol.Ok)
+            try:
+                c.request(protocol.Send(session=args.session,
+                                        data=data[i:i + protocol.MAX_DATA]), protocol.Ok)
+            except RequestFailed as exc:
+                rest = len(data) - i - protocol.MAX_DATA
+                if exc.code != "not-reading" or rest <= 0:
+                    raise
+                # The host counts its chunk; the chunks after it were never sent.
+                raise RequestFailed(protocol.Error(
+                    message=f"{exc}; the {rest} bytes after it were not sent",
+                    code=exc.code)) from None
     return 0

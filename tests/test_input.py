@@ -1,0 +1,230 @@
+"""Input is delivered whole (issue: a paste is delivered whole, memory stays bounded).
+
+10 MB sent with ``clowderctl send`` and 10 MB pasted through the real ``clowderctl
+attach`` (on a real pty) reach a program reading raw stdin intact (sha256), while the
+host's memory, sampled from /proc while it drains, stays within ``MEMORY_BOUND``: the
+per-session input queue (4 MiB) plus one connection's unhandled requests (2 MiB) plus
+frame buffers and the allocator's slack.  A Send into a program that never reads fails
+within the host's deadline (10 s) with an error that says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import wait_for
+from test_attach import Attach
+from test_handoff import reload_and_wait
+
+SIZE = 10 * 1000 * 1000
+MEMORY_BOUND = 32 << 20  # growth of the host's peak RSS while 10 MB go through it
+
+
+def _payload(seed: int) -> bytes:
+    data = bytearray(os.urandom(SIZE))
+    # Ctrl-\ would detach the attach client: replace it; everything else is raw.
+    return bytes(data.replace(b"\x1c", b"\x1d"))
+
+
+class Memory:
+    """Samples the host's VmRSS/VmHWM (kB) from /proc while a transfer runs."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.start_hwm = self.read()["VmHWM"]
+        self.max_rss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def read(self) -> dict:
+        with open(f"/proc/{self.pid}/status") as f:
+            return {k: int(v.split()[0]) for k, v in
+                    (line.split(":", 1) for line in f) if k in ("VmRSS", "VmHWM")}
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.max_rss = max(self.max_rss, self.read()["VmRSS"])
+
+    def stop(self) -> int:
+        """The growth of the peak (bytes) since the start."""
+        self._stop.set()
+        self._thread.join()
+        return (self.read()["VmHWM"] - self.start_hwm) * 1024
+
+
+@pytest.fixture
+def workdir(host):
+    d = tempfile.mkdtemp(prefix="clowder-input-", dir="/tmp")
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _reader(host, path: str) -> str:
+    """A session copying its raw stdin to ``path``; returns once it is raw."""
+    sid = host.spawn("sh", "-c", f"stty raw -echo; echo READY; exec cat > {path}")
+    wait_for(lambda: b"READY" in host.backlog(sid), 15, "the reader to put its tty raw")
+    return sid
+
+
+def _wait_file(path: str, data: bytes, timeout: float, what: str) -> None:
+    wait_for(lambda: os.path.exists(path) and os.path.getsize(path) >= len(data), timeout,
+             f"{what}: {len(data)} bytes in {path} (has "
+             f"{os.path.getsize(path) if os.path.exists(path) else 0})")
+    with open(path, "rb") as f:
+        got = f.read()
+    assert len(got) == len(data)
+    assert hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest(), \
+        "the bytes that arrived are not the bytes sent"
+
+
+def test_send_10mb_whole(host, workdir):
+    path = f"{workdir}/sent"
+    sid = _reader(host, path)
+    data = _payload(1)
+    mem = Memory(host.main_pid())
+    t0 = time.monotonic()
+    proc = host.ctl("send", sid, input=data, check=False, timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    # Ok means written to the pty: cat has it (or is writing it out) already.
+    _wait_file(path, data, 30, "clowderctl send")
+    grew = mem.stop()
+    print(f"send: 10 MB in {took:.1f} s, host peak RSS grew {grew >> 10} KiB "
+          f"(max RSS {mem.max_rss} kB)")
+    assert grew <= MEMORY_BOUND, f"the host's peak RSS grew {grew} bytes"
+    assert host.ps()[sid]["state"] == "running"
+
+
+def test_attach_paste_10mb_whole(host, workdir):
+    path = f"{workdir}/pasted"
+    sid = _reader(host, path)
+    data = _payload(2)
+    client = Attach(host, sid)
+    try:
+        client.wait_raw()
+        mem = Memory(host.main_pid())
+        errors = []
+
+        def paste():
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(client.master, view[:1 << 16]):]
+            except OSError as exc:
+                errors.append(exc)
+        writer = threading.Thread(target=paste, daemon=True)
+        writer.start()
+        # Read what the client shows meanwhile (it must not block on its terminal).
+        deadline = time.monotonic() + 120
+        while (not os.path.exists(path) or os.path.getsize(path) < len(data)) \
+                and time.monotonic() < deadline and not client.eof:
+            client._read(0.1)
+        writer.join(10)
+        assert not errors, errors
+        _wait_file(path, data, 5, "the paste through clowderctl attach")
+        grew = mem.stop()
+        print(f"attach: host peak RSS grew {grew >> 10} KiB (max RSS {mem.max_rss} kB)")
+        assert grew <= MEMORY_BOUND, f"the host's peak RSS grew {grew} bytes"
+        assert client.proc.poll() is None, "the attach client ended during the paste"
+    finally:
+        client.close()
+
+
+def test_send_to_program_not_reading(host):
+    sid = host.spawn("sh", "-c", "stty raw -echo; echo READY; exec sleep 100000")
+    wait_for(lambda: b"READY" in host.backlog(sid), 15, "the session to start")
+    t0 = time.monotonic()
+    proc = host.ctl("send", sid, input=b"x" * 200_000, check=False, timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    err = proc.stderr.decode()
+    assert sid in err and "not reading its input" in err and "not delivered" in err, err
+    assert 5 < took < 20, f"the send took {took:.1f} s (the host's deadline is 10 s)"
+    # The host and the session are fine: a short send still works (what fits).
+    assert host.ps()[sid]["state"] == "running"
+
+
+def test_session_end_releases_queued_input(host):
+    # The program ends by itself a while after the Send is queued (it reads nothing).
+    sid = host.spawn("sh", "-c", "stty raw -echo; echo READY; exec sleep 4")
+    wait_for(lambda: b"READY" in host.backlog(sid), 15, "the session to start")
+    t0 = time.monotonic()
+    proc = host.ctl("send", sid, input=b"y" * 200_000, check=False, timeout=60)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    err = proc.stderr.decode()
+    assert sid in err and "ended" in err and "not delivered" in err, err
+    assert time.monotonic() - t0 < 9, "the Send was not answered when the session ended"
+
+
+# --- keystrokes typed while the host dies arrive exactly once ------------------------
+
+
+def test_lines_typed_across_kill9_and_handoff_arrive_exactly_once(host, workdir):
+    path = f"{workdir}/typed"
+    sid = _reader(host, path)
+    client = Attach(host, sid)
+    stop = threading.Event()
+    typed = []
+    try:
+        client.wait_raw()
+
+        def type_lines():
+            n = 0
+            while not stop.is_set():
+                line = b"line %06d\n" % n
+                os.write(client.master, line)
+                typed.append(line)
+                n += 1
+                time.sleep(0.002)  # a fast typist (or a slow paste): the pacing is the input
+
+        def show():
+            while not stop.is_set() and not client.eof:
+                client._read(0.05)
+        threads = [threading.Thread(target=type_lines, daemon=True),
+                   threading.Thread(target=show, daemon=True)]
+        for t in threads:
+            t.start()
+        # kill -9 three times, and a hand-off (the record crosses the exec) among them.
+        for how in ("kill9", "kill9", "reload", "kill9"):
+            before = os.path.getsize(path) if os.path.exists(path) else 0
+            wait_for(lambda: os.path.exists(path) and os.path.getsize(path) > before + 2000,
+                     20, "typed lines to reach the session (the client reattached)")
+            if how == "kill9":
+                host.kill9()
+            else:
+                reload_and_wait(host)
+        size = os.path.getsize(path)
+        wait_for(lambda: os.path.getsize(path) > size + 2000, 20,
+                 "typed lines to reach the session after the last kill")
+        stop.set()
+        for t in threads:
+            t.join(10)
+        expected = b"".join(typed)
+
+        def arrived():
+            with open(path, "rb") as f:
+                return f.read()
+        try:
+            wait_for(lambda: len(arrived()) >= len(expected), 20,
+                     f"all {len(typed)} lines ({len(expected)} bytes) to arrive")
+        except pytest.fail.Exception:
+            pass  # some never came: say which below
+        got = arrived()
+        if got != expected:
+            lines = got.split(b"\n")
+            dup = len(lines) - len(set(lines))
+            missing = len(set(expected.split(b"\n")) - set(lines))
+            pytest.fail(f"{len(typed)} lines typed: {dup} arrived twice, {missing} never")
+        assert client.proc.poll() is None, "the attach client ended"
+    finally:
+        stop.set()
+        client.close()
