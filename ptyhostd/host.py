@@ -873,16 +873,21 @@ class Host:
         self.save()
 
     async def _stop_session(self, s: Session) -> None:
-        """Hang up the session's program, and record how it ended before its unit goes."""
+        """Hang up the session's program (then SIGTERM, then SIGKILL, as ``kill``
+        escalates: a program that ignores SIGHUP must not outlive the host's own stop
+        timeout), and record how it ended before its unit goes."""
         state = None
-        try:
-            await self.manager.kill(s.unit, 1)  # SIGHUP, as when a terminal closes
-            state = await self.manager.wait_finished(s.unit, timeout=5)
-        except ManagerError as exc:
-            log.warning("session %s: no clean hang-up (%s): stopping its unit", s.id, exc)
+        for number, grace in self.ESCALATION:
+            try:
+                await self.manager.kill(s.unit, number)
+                state = await self.manager.wait_finished(s.unit, timeout=grace)
+                break
+            except ManagerError as exc:
+                log.warning("session %s: still running after signal %d (%s)", s.id, number,
+                            exc, extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "stop"})
         if state is None or not state.finished:
             try:
-                await self.manager.stop(s.unit)  # escalates to SIGKILL after its timeout
+                await self.manager.stop(s.unit)  # SIGKILL after the unit's stop timeout
             except ManagerError as exc:
                 log.error("session %s: stopping: %s", s.id, exc)
         await self._end(s, state, "the host was stopped", persist=False)

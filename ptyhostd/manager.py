@@ -476,6 +476,9 @@ class Manager:
             # Stopping a session is a hang-up, as when a terminal window closes.
             ("KillSignal", ("i", 1)),
             ("SendSIGHUP", ("b", True)),
+            # A stop SIGKILLs what ignored the hang-up after 5 s, not systemd's 90 s
+            # default: the host's own stop (TimeoutStopSec=30) waits on its sessions'.
+            ("TimeoutStopUSec", ("t", 5_000_000)),
             ("Environment", ("as", env)),
         ]
         if cwd:

@@ -146,6 +146,22 @@ def test_stop_ends_every_session(host):
     assert host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"] == "inactive"
 
 
+def test_stop_ends_programs_that_ignore_the_hang_up(host):
+    """A program that ignores SIGHUP and SIGTERM is ended by the host's stop (SIGKILL at
+    the end of the escalation) before the host's own stop timeout: no unit outlives it."""
+    sid = host.spawn("sh", "-c", "trap '' HUP TERM; echo stubborn; "
+                     "while :; do sleep 0.05; done")
+    wait_for(lambda: b"stubborn" in host.backlog(sid), 10, "the program to set its traps")
+    pid = host.ps()[sid]["pid"]
+    started = time.monotonic()
+    host.stop_all()
+    took = time.monotonic() - started
+    assert host.session_units() == [], "a session unit outlived the host's stop"
+    assert not os.path.exists(f"/proc/{pid}"), f"process {pid} outlived the stop"
+    assert host.show("clowder-ptyhost.service", "Result")["Result"] == "success", \
+        f"the host's stop was not clean (took {took:.1f} s)"
+
+
 def test_argv_env_cwd_and_size_are_honoured(host):
     """The command reaches the program verbatim ($ and % are not systemd's to expand)."""
     sid = host.spawn("sh", "-c", 'x=1; echo "v=$x 100%n"; pwd; echo "E=$CLOWDER_T"; '
