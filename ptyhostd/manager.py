@@ -4,7 +4,7 @@ We talk peer-to-peer to systemd's private socket (``/run/systemd/private``, or
 ``$XDG_RUNTIME_DIR/systemd/private`` for a user manager), so no bus daemon is needed and
 a call takes ~1.5 ms instead of ~10 ms for ``systemd-run``.  That socket has no
 ``org.freedesktop.DBus`` object: we must not send ``Hello`` (jeepney's high-level
-opener does), so the connection is set up here by hand.
+opener does), so the connection is set up by hand (dbuslink.py).
 """
 
 from __future__ import annotations
@@ -17,17 +17,13 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional
 
 from jeepney import DBusAddress, HeaderFields, Message, MessageType, new_method_call
-from jeepney.auth import BEGIN, Authenticator
-from jeepney.io.asyncio import DBusConnection
+
+from .dbuslink import MANAGER as _MANAGER, SYSTEMD as _SYSTEMD
+from .dbuslink import Link, LinkLost, ManagerError, open_link
 
 log = logging.getLogger("ptyhostd")
 
-_SYSTEMD = "org.freedesktop.systemd1"
-_MANAGER = DBusAddress("/org/freedesktop/systemd1", bus_name=_SYSTEMD,
-                       interface=_SYSTEMD + ".Manager")
 _PROPS = "org.freedesktop.DBus.Properties"
-_PEER = DBusAddress("/org/freedesktop/systemd1", bus_name=_SYSTEMD,
-                    interface="org.freedesktop.DBus.Peer")
 
 # Exit codes systemd's own executor uses when it fails before the program runs
 # (systemd.exec(5), "PROCESS EXIT CODES").
@@ -40,18 +36,6 @@ EXEC_FAILURES = {
 }
 # Every status systemd's executor uses for its own failures (EXIT_CHDIR .. EXIT_*).
 SETUP_FAILURES = range(200, 246)
-
-
-class ManagerError(Exception):
-    """The service manager refused a request or could not be reached."""
-
-    def __init__(self, message: str, name: str = ""):
-        super().__init__(message)
-        self.name = name  # the D-Bus error name of a refusal, "" if none came
-
-
-class LinkLost(ManagerError):
-    """The link dropped before the reply came: the request may or may not have been done."""
 
 
 @dataclass
@@ -92,82 +76,6 @@ LINK_WAIT = 15.0
 CALL_TIMEOUT = 30.0
 
 
-class _Link:
-    """One authenticated connection to the manager: sends calls, matches their replies,
-    hands JobRemoved signals to ``on_job_removed``; ``task`` ends when the peer hangs up."""
-
-    def __init__(self, conn: DBusConnection, on_job_removed: Callable[[Message], None]):
-        self.conn = conn
-        self._replies: dict[int, asyncio.Future] = {}
-        self._on_job_removed = on_job_removed
-        self.why = ""  # why it ended
-        self.task = asyncio.ensure_future(self._receive())
-        self.task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-    @property
-    def alive(self) -> bool:
-        return not self.task.done()
-
-    async def send(self, msg: Message) -> None:
-        """Send without waiting for a reply."""
-        try:
-            await self.conn.send(msg)
-        except OSError as exc:
-            self.abort(f"sending: {exc}")
-            raise LinkLost(f"the link dropped ({exc})") from exc
-
-    async def call(self, msg: Message) -> Message:
-        """Send a method call; its reply (LinkLost if the link ends first)."""
-        if not self.alive:
-            raise LinkLost(f"the link dropped ({self.why})")
-        serial = next(self.conn.outgoing_serial)
-        fut = asyncio.get_running_loop().create_future()
-        self._replies[serial] = fut
-        try:
-            try:
-                await self.conn.send(msg, serial=serial)
-            except OSError as exc:
-                self.abort(f"sending: {exc}")
-                raise LinkLost(f"the link dropped ({exc})") from exc
-            return await fut
-        finally:
-            self._replies.pop(serial, None)
-
-    async def _receive(self) -> None:
-        try:
-            while True:
-                msg = await self.conn.receive()
-                fields = msg.header.fields
-                if msg.header.message_type == MessageType.signal:
-                    if fields.get(HeaderFields.member) == "JobRemoved":
-                        self._on_job_removed(msg)
-                    continue
-                fut = self._replies.get(fields.get(HeaderFields.reply_serial))
-                if fut is not None and not fut.done():
-                    fut.set_result(msg)
-        except EOFError:
-            self.why = self.why or "closed by the service manager"
-        except Exception as exc:  # a reset, or bytes we cannot parse: the link is done
-            self.why = self.why or repr(exc)
-        finally:
-            for fut in self._replies.values():
-                if not fut.done():
-                    fut.set_exception(LinkLost(f"the link dropped ({self.why})"))
-
-    def abort(self, why: str) -> None:
-        """End the link now (the manager notices and opens a new one)."""
-        self.why = self.why or why
-        self.conn.writer.close()
-        self.task.cancel()
-
-    async def close(self) -> None:
-        self.abort("closed")
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await self.task
-        with contextlib.suppress(Exception):
-            await self.conn.writer.wait_closed()
-
-
 @dataclass
 class _JobWait:
     """A caller waiting for the JobRemoved signal of one job."""
@@ -193,7 +101,7 @@ class Manager:
     def __init__(self, user: bool):
         self.path = private_socket_path(user)
         self.on_reconnect: Optional[Callable[[], Awaitable[None]]] = None
-        self._link: Optional[_Link] = None
+        self._link: Optional[Link] = None
         self._up = asyncio.Event()
         self._last_error = "not connected yet"
         self._jobs: dict[str, _JobWait] = {}
@@ -214,7 +122,7 @@ class Manager:
         """Wait until the link is open; ManagerError if it is not within LINK_WAIT."""
         await self._linked()
 
-    async def _linked(self) -> _Link:
+    async def _linked(self) -> Link:
         link = self._link
         if link is not None and link.alive:
             return link
@@ -240,7 +148,7 @@ class Manager:
         failures = 0
         while not self._closed:
             try:
-                link = await self._open()
+                link = await open_link(self.path, self._job_removed)
             except Exception as exc:  # whatever it was, try again: calls wait for a link
                 self._last_error = str(exc)
                 failures += 1
@@ -276,51 +184,6 @@ class Manager:
                         self.path, link.why, extra={"CLOWDER_CAUSE": "manager-disconnect"})
             await link.close()
 
-    async def _open(self) -> _Link:
-        """Authenticate on the private socket and subscribe to job signals."""
-        path = self.path
-        try:
-            reader, writer = await asyncio.open_unix_connection(path)
-        except OSError as exc:
-            raise ManagerError(f"cannot reach the service manager at {path}: {exc}") from exc
-        try:
-            auth = Authenticator()
-            for req in auth:
-                writer.write(req)
-                await writer.drain()
-                data = await asyncio.wait_for(reader.read(1024), 10)
-                if not data:
-                    raise EOFError("closed during authentication")
-                auth.feed(data)
-            writer.write(BEGIN)
-            await writer.drain()
-        except Exception as exc:  # reset, closed, timed out, or authentication refused
-            writer.close()
-            raise ManagerError(f"cannot reach the service manager at {path}: {exc!r}") from exc
-        link = _Link(DBusConnection(reader, writer), self._job_removed)
-        # Measured on systemd 252: a message that arrives in the same read as the
-        # client's BEGIN stays unprocessed in systemd's buffer until more bytes arrive
-        # (79 of 100 fresh connections stalled in one run; never once poked).  So the
-        # first call is followed at once, and then while it has no answer, by harmless
-        # Peer.Ping pokes.
-        first = asyncio.ensure_future(link.call(new_method_call(_MANAGER, "Subscribe")))
-        try:
-            for _ in range(200):
-                await link.send(new_method_call(_PEER, "Ping"))
-                done, _pending = await asyncio.wait({first}, timeout=0.02)
-                if done:
-                    break
-            else:
-                raise ManagerError(f"the service manager at {path} does not answer")
-            reply = first.result()
-            if reply.header.message_type == MessageType.error:
-                raise ManagerError(f"Subscribe refused: {reply.body}")
-        except BaseException:
-            first.cancel()
-            await link.close()
-            raise
-        return link
-
     async def close(self) -> None:
         self._closed = True
         self._keeper.cancel()
@@ -338,7 +201,7 @@ class Manager:
 
     async def _call_on(self, addr: DBusAddress, method: str, sig: Optional[str] = None,
                        body: tuple = (), what: str = "", resend: bool = True
-                       ) -> tuple[tuple, _Link]:
+                       ) -> tuple[tuple, Link]:
         """The reply's body and the link it came on (``resend=False``: LinkLost instead
         of sending again, for a call that must not be done twice)."""
         what = what or method
@@ -378,7 +241,7 @@ class Manager:
             if len(self._done_jobs) > 4096:
                 self._done_jobs.pop(next(iter(self._done_jobs)))
 
-    async def _wait_job(self, job: str, unit: str, kind: str, link: Optional[_Link],
+    async def _wait_job(self, job: str, unit: str, kind: str, link: Optional[Link],
                         timeout: float = 30) -> str:
         """The result of ``job``; ``link`` is the one its reply came on (None: unknown)."""
         if job in self._done_jobs:
