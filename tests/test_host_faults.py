@@ -21,6 +21,8 @@ import pytest
 from conftest import PYTHON, wait_for
 from test_ptyhost import COUNTER
 
+from ptyhostd import fdstore
+
 HOST = "clowder-ptyhost.service"
 
 
@@ -58,9 +60,11 @@ def stored(host) -> int:
 
 
 def held(host) -> int:
-    """What the sessions hold in the FD store: both manifest copies, every session's
-    ring, and the pty master of each running one."""
-    return 2 + sum(2 if s["state"] == "running" else 1 for s in host.ps().values())
+    """What the host holds in the FD store: its own fds (both manifest copies, the input
+    record), every session's ring, and the pty master of each running one."""
+    return fdstore.STORE_FIXED + sum(
+        fdstore.STORE_PER_SESSION if s["state"] == "running" else fdstore.STORE_PER_ENDED
+        for s in host.ps().values())
 
 
 def store_matches(host) -> None:
