@@ -189,16 +189,32 @@ class Soak:
             except ProcessLookupError:
                 pass
 
+    def _units_loaded(self) -> str:
+        """When the manager last finished loading units ("" while it does not answer):
+        it changes at each re-exec, so a re-exec is over once it has."""
+        r = self.host.systemctl("show", "-p", "UnitsLoadFinishTimestampMonotonic",
+                                check=False)
+        return r.stdout.decode().strip() if r.returncode == 0 else ""
+
+    def _reexecuted(self, before: str) -> None:
+        wait_for(lambda: self._units_loaded() not in ("", before), 30,
+                 "the service manager to finish re-executing")
+
     def reexec(self) -> None:
+        before = self._units_loaded()
         self.host.systemctl("daemon-reexec")
+        self._reexecuted(before)
 
     def reload_units(self) -> None:
         self.host.systemctl("daemon-reload")
 
     def user_manager_reexec(self) -> None:
-        # What Debian's systemd postinst does to every user manager on an upgrade.
+        # What Debian's systemd postinst does to every user manager on an upgrade; it
+        # returns at once, the re-exec follows.
+        before = self._units_loaded()
         subprocess.run(["systemctl", "kill", "--kill-who=main", "--signal=SIGRTMIN+25",
                         f"user@{self.host.uid}.service"], check=True)
+        self._reexecuted(before)
 
     def handoff(self) -> None:
         pid = self.host.main_pid()
