@@ -36,7 +36,7 @@ import time
 import pytest
 
 from conftest import PYTHON, wait_for
-from test_attach import Attach, attach  # noqa: F401  (the fixture)
+from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import Control, agent_yaml
 
 SECONDS = float(os.environ.get("CLOWDER_SOAK_SECONDS", "75"))
@@ -189,19 +189,22 @@ class Soak:
             except ProcessLookupError:
                 pass
 
-    def _units_loaded(self) -> str:
-        """When the manager last finished loading units ("" while it does not answer):
-        it changes at each re-exec, so a re-exec is over once it has."""
-        r = self.host.systemctl("show", "-p", "UnitsLoadFinishTimestampMonotonic",
-                                check=False)
-        return r.stdout.decode().strip() if r.returncode == 0 else ""
+    def _manager_image(self) -> bytes:
+        """The manager's auxiliary vector: ASLR makes it differ after every exec, so a
+        re-exec has happened once it changed (the pid and the unit timestamps do not)."""
+        pid = 1 if self.host.scope == "system" else int(subprocess.run(
+            ["systemctl", "show", "-p", "MainPID", "--value", f"user@{self.host.uid}.service"],
+            capture_output=True, check=True).stdout)
+        with open(f"/proc/{pid}/auxv", "rb") as f:
+            return f.read()
 
-    def _reexecuted(self, before: str) -> None:
-        wait_for(lambda: self._units_loaded() not in ("", before), 30,
-                 "the service manager to finish re-executing")
+    def _reexecuted(self, before: bytes) -> None:
+        wait_for(lambda: self._manager_image() != before and self.host.systemctl(
+            "show", "-p", "Version", check=False).returncode == 0, 30,
+            "the service manager to re-execute and answer again")
 
     def reexec(self) -> None:
-        before = self._units_loaded()
+        before = self._manager_image()
         self.host.systemctl("daemon-reexec")
         self._reexecuted(before)
 
@@ -211,7 +214,7 @@ class Soak:
     def user_manager_reexec(self) -> None:
         # What Debian's systemd postinst does to every user manager on an upgrade; it
         # returns at once, the re-exec follows.
-        before = self._units_loaded()
+        before = self._manager_image()
         subprocess.run(["systemctl", "kill", "--kill-who=main", "--signal=SIGRTMIN+25",
                         f"user@{self.host.uid}.service"], check=True)
         self._reexecuted(before)
