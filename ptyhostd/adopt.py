@@ -359,6 +359,7 @@ class Adoption:
                               extra={"CLOWDER_CAUSE": "manifest-write"})
         await self._verify_adopted()
         await self._stop_orphan_units()
+        log.info("the start's checks are done", extra={"CLOWDER_CAUSE": "start-checks"})
 
     async def _verify_adopted(self) -> None:
         """Check that each session adopted on the fast path watches its own program.

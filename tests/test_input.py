@@ -22,6 +22,7 @@ import pytest
 from conftest import wait_for
 from test_attach import Attach
 from test_handoff import reload_and_wait
+from test_watchdog import frozen, watchdog_period
 
 SIZE = 10 * 1000 * 1000
 MEMORY_BOUND = 32 << 20  # growth of the host's peak RSS while 10 MB go through it
@@ -169,6 +170,17 @@ def test_session_end_releases_queued_input(host):
 
 
 def test_lines_typed_across_kill9_and_handoff_arrive_exactly_once(host, workdir):
+    # kill -9 three times, and a hand-off (the record crosses the exec) among them.
+    typed_across(host, workdir, ("kill9", "kill9", "reload", "kill9"))
+
+
+def test_lines_typed_while_the_host_is_frozen_arrive_exactly_once(host, workdir):
+    """Typed into a host frozen (SIGSTOP) until systemd's watchdog replaces it: what sat
+    unread in the dead host's socket is sent again to the next, and only that."""
+    typed_across(host, workdir, ("freeze", "freeze"))
+
+
+def typed_across(host, workdir, events) -> None:
     path = f"{workdir}/typed"
     sid = _reader(host, path)
     client = Attach(host, sid)
@@ -193,13 +205,16 @@ def test_lines_typed_across_kill9_and_handoff_arrive_exactly_once(host, workdir)
                    threading.Thread(target=show, daemon=True)]
         for t in threads:
             t.start()
-        # kill -9 three times, and a hand-off (the record crosses the exec) among them.
-        for how in ("kill9", "kill9", "reload", "kill9"):
+        for how in events:
             before = os.path.getsize(path) if os.path.exists(path) else 0
             wait_for(lambda: os.path.exists(path) and os.path.getsize(path) > before + 2000,
                      20, "typed lines to reach the session (the client reattached)")
             if how == "kill9":
                 host.kill9()
+            elif how == "freeze":
+                old = host.main_pid()
+                with frozen(old):  # typing goes on into the frozen host's socket
+                    host.wait_ready(old, timeout=watchdog_period(host) + 30)
             else:
                 reload_and_wait(host)
         size = os.path.getsize(path)

@@ -200,6 +200,12 @@ def test_orphaned_session_unit_is_stopped_after_a_restart(host):
     host is serving; the sessions it does know are untouched."""
     keep = host.spawn("sh", "-c", "echo kept; exec sleep 100000")
     pid = host.ps()[keep]["pid"]
+    # The host's own start sweeps orphans too (0.5 s after it serves): the orphan must
+    # come after that sweep, or it is stopped before the restart this test is about.
+    main = host.main_pid()
+    wait_for(lambda: host.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={main}",
+                               "CLOWDER_CAUSE=start-checks"]).stdout, 15,
+             "the host's start checks (its first orphan sweep) to be done")
     orphan = "clowder-session-0rphan00.service"
     host.run(["systemd-run", *(["--user"] if host.scope == "user" else []),
               f"--unit={orphan}", "--quiet", "sleep", "100000"])
