@@ -14,6 +14,7 @@ import socket
 import subprocess
 
 from conftest import wait_for
+from test_host_abuse import exchange
 
 from ptyhostd import protocol as P
 from ptyhostd.fdstore import STORE_FIXED, STORE_PER_SESSION
@@ -136,21 +137,7 @@ def test_refusal_before_hello_is_a_protocol_error(host):
             s = socket.socket(socket.AF_UNIX)
             s.connect(host.socket)
             held.append(s)
-        s = socket.socket(socket.AF_UNIX)
-        s.settimeout(10)
-        s.connect(host.socket)
-        s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION)))
-        buf = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            buf += chunk
-        s.close()
-        frames = P.FrameReader().feed(buf)
+        frames = exchange(host.socket, b"")
         assert frames and isinstance(frames[0], P.Error) and frames[0].fatal, frames
         assert "no file descriptors left" in frames[0].message
     finally:

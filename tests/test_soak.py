@@ -37,7 +37,7 @@ import pytest
 
 from conftest import PYTHON, wait_for
 from test_attach import attach  # noqa: F401  (the fixture)
-from test_control import Control, agent_yaml
+from test_control import COUNTER, Control, agent_yaml
 
 SECONDS = float(os.environ.get("CLOWDER_SOAK_SECONDS", "75"))
 SEED = int(os.environ.get("CLOWDER_SOAK_SEED", str(int(time.time()))))
@@ -49,12 +49,6 @@ PASTE_BYTES = int(os.environ.get("CLOWDER_SOAK_PASTE_BYTES", 1 << 20))
 HOST_RSS_BOUND = 256 << 20
 CONTROL_RSS_BOUND = 192 << 20
 
-COUNTER = ("import sys, time\n"
-           "i = 0\n"
-           "while True:\n"
-           "    i += 1\n"
-           "    sys.stdout.write(f'{TAG}{i}\\n'); sys.stdout.flush()\n"
-           "    time.sleep(0.002)\n")
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
         "for line in sys.stdin: print(\"got\", line.strip(), flush=True)'")
