@@ -13,6 +13,7 @@ import errno
 import os
 import re
 import resource
+import socket
 
 from systemd import daemon
 
@@ -50,13 +51,52 @@ def under_systemd() -> bool:
     return bool(os.environ.get("NOTIFY_SOCKET"))
 
 
+# One datagram socket, connected to $NOTIFY_SOCKET once and kept: sd_notify opens a new
+# one per message, which fails at EMFILE, and a host that is out of fds (a full table is
+# exactly when it refuses clients) must still feed the watchdog and park what it has.
+_notify_sock: socket.socket | None = None
+
+
+def _notify_socket() -> socket.socket:
+    global _notify_sock
+    if _notify_sock is None:
+        addr = os.environ["NOTIFY_SOCKET"]
+        if addr.startswith("@"):
+            addr = "\0" + addr[1:]  # an abstract socket
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.connect(addr)
+        except OSError:
+            sock.close()
+            raise
+        _notify_sock = sock
+    return _notify_sock
+
+
 def notify(state: str, fds: list[int] | None = None) -> None:
     """Send ``state`` (and fds) to the service manager; a no-op outside systemd."""
     if not under_systemd():
         return
-    ok = daemon.notify(state, fds=fds or [])
-    if not ok:
-        raise FdStoreError(f"sd_notify({state.splitlines()[0]!r}) was not delivered")
+    global _notify_sock
+    data = state.encode()
+    for attempt in (1, 2):
+        try:
+            sock = _notify_socket()
+            if fds:
+                socket.send_fds(sock, [data], fds)
+            else:
+                sock.send(data)
+            return
+        except OSError as exc:
+            stale = exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN,
+                                  errno.EPIPE, errno.ECONNRESET)
+            if stale and _notify_sock is not None and attempt == 1:
+                # The manager re-created its socket: connect afresh, once.
+                _notify_sock.close()
+                _notify_sock = None
+                continue
+            raise FdStoreError(f"sd_notify({state.splitlines()[0]!r}) was not "
+                               f"delivered: {exc}") from exc
 
 
 def park(name: str, fd: int, poll: bool = True) -> None:
