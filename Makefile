@@ -59,7 +59,7 @@ test-soak: venv stage
 	cd $(STAGE) && python3 tools/sysinstance.py run --name clowder-soak \
 	  --env CLOWDER_SOAK_SECONDS=$(or $(CLOWDER_SOAK_SECONDS),600) \
 	  $(if $(CLOWDER_SOAK_SEED),--env CLOWDER_SOAK_SEED=$(CLOWDER_SOAK_SEED)) -- \
-	  $(PYTHON) -m pytest -q -s -p no:cacheprovider tests/test_soak.py
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/test_soak.py
 
 # The fault suite's full count (the default suite runs a fast subset).
 test-faults: venv stage

@@ -26,6 +26,16 @@ PYTHON = sys.executable
 TEST_USER = "clowdertest"
 
 
+# Lines a test wants shown after the run whatever its outcome (the chaos run's counts):
+# pytest captures a passing test's output.
+SUMMARY: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in SUMMARY:
+        terminalreporter.write_line(line)
+
+
 def under_systemd() -> bool:
     return os.path.isdir("/run/systemd/system") and \
         open("/proc/1/comm").read().strip() == "systemd"

@@ -15,8 +15,8 @@ and big pastes into a reading program.
 At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
 backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
 code delivered, every kind of event thrown at least once, and the daemons' memory
-within a bound.  The counts are printed as one ``soak-report`` JSON line (``make
-test-soak`` shows it; docs/bench.md keeps a run's).
+within a bound.  The counts of each scope are one ``soak-report`` JSON line in pytest's
+closing summary (of ``make test`` too); docs/bench.md keeps a long run's.
 
 A new failure mode found elsewhere becomes one more entry in EVENTS.
 """
@@ -35,7 +35,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, wait_for
+from conftest import PYTHON, SUMMARY, wait_for
 from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
 
@@ -357,7 +357,7 @@ def test_chaos_run_loses_nothing(host, attach):
         for path in (control.config, control.registry, control.registry + ".prev"):
             if os.path.exists(path):
                 os.unlink(path)
-    print("soak-report " + json.dumps(report, sort_keys=True))
+    SUMMARY.append("soak-report " + json.dumps(report, sort_keys=True))
     assert set(soak.counts) >= set(soak.events()), "an event kind was never thrown"
     zero = {k: report[k] for k in ("sessions_lost", "agent_respawned", "gaps_or_duplicates",
                                    "typed_missing", "typed_duplicated", "typed_out_of_order",
