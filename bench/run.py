@@ -199,6 +199,28 @@ def main() -> int:
     return code
 
 
+# The chaos run's counts (make test-soak) stand in docs/bench.md between these marks;
+# they come from a test run, not from here, so a new report keeps them.
+CHAOS_BEGIN = "<!-- chaos run (make test-soak): kept by bench/run.py -->"
+CHAOS_END = "<!-- end of the chaos run -->"
+
+
+def _with_chaos_counts(text: str, md: str) -> str:
+    """``text`` with the chaos-run section of the current ``md`` put back, before
+    "How to run"."""
+    try:
+        with open(md) as f:
+            old = f.read()
+    except FileNotFoundError:
+        return text
+    start, end = old.find(CHAOS_BEGIN), old.find(CHAOS_END)
+    if start < 0 or end < start:
+        return text
+    block = old[start:end + len(CHAOS_END)] + "\n\n"
+    at = text.find("## How to run")
+    return text[:at] + block + text[at:] if at >= 0 else text + "\n" + block
+
+
 def write_report(results_path: str, plot_py: str | None) -> int:
     docs = os.path.join(ROOT, "docs")
     md = os.path.join(docs, "bench.md")
@@ -215,9 +237,10 @@ def write_report(results_path: str, plot_py: str | None) -> int:
             say("the plot failed; docs/bench.md is written without it")
     else:
         say("no matplotlib: docs/bench.png is not written")
+    text = report.markdown(results, "bench.png" if have_png else None,
+                           os.path.basename(results_path))
     with open(md, "w") as f:
-        f.write(report.markdown(results, "bench.png" if have_png else None,
-                                os.path.basename(results_path)))
+        f.write(_with_chaos_counts(text, md))
     say(f"wrote {md}" + (f" and {png}" if have_png else ""))
     return 0
 
