@@ -164,3 +164,29 @@ def test_the_handoff_check_does_not_feed_the_watchdog(host):
             "assert Watchdog.from_env() is None; print('none')")
     out = host.run([PYTHON, "-c", code], env=env).stdout
     assert out.strip() == b"none"
+
+
+def test_attach_to_a_frozen_host_gives_up_at_one_deadline(host):
+    """`clowderctl attach` first asks for recent history, then attaches: a frozen host
+    is told once, at one deadline, not after waiting out both."""
+    from test_attach import Attach
+    sid, _pid, _mark = counting_session(host)
+    old = host.main_pid()
+    saved = host.env
+    host.env = {**saved, "CLOWDER_TIMEOUT": "3"}
+    try:
+        with frozen(old):
+            t0 = time.monotonic()
+            client = Attach(host, sid, separate_stderr=True)
+            try:
+                code = client.finish(timeout=20)
+                took = time.monotonic() - t0
+                err = client.stderr()
+            finally:
+                client.close()
+    finally:
+        host.env = saved
+    assert code == TIMEOUT_EXIT, err
+    assert b"clowder-ptyhost is not answering" in err, err
+    # One deadline (3 s) and Python's start, not two deadlines.
+    assert took < 3 + 2.5, f"attach gave up after {took:.1f} s (deadline 3 s)"

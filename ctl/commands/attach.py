@@ -13,7 +13,8 @@ import tty
 
 from ptyhostd import protocol
 
-from ..client import Client, ClientError, RequestFailed, default_control_socket
+from ..client import (Client, ClientError, NotAnswering, RequestFailed,
+                      default_control_socket)
 
 
 def add_parser(sub):
@@ -300,6 +301,8 @@ def _history(args) -> bytes:
         with Client(args.target) as c:
             return c.request(protocol.GetHistory(session=args.session, lines=args.history),
                              protocol.SnapshotData).data
+    except NotAnswering:
+        raise  # the attach would wait out the same deadline again: say so now
     except ClientError:
         return b""  # the attach itself reports what is wrong
 
