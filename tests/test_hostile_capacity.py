@@ -4,33 +4,24 @@ is refused clearly while other users and root still spawn."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from conftest import Env, ensure_user, wait_for
+from conftest import wait_for
+from test_access import system_host  # noqa: F401  (the fixture: alice, bob, the host)
 
 LIMIT = 3
 
 
 @pytest.fixture
-def system_host(systemd_required):
-    env = Env("system")
-    env.stop_all()
-    env.install()
-    subprocess.run(["getent", "group", "clowder"], check=True, capture_output=True)
-    ensure_user("alice", 2001, "clowder")
-    ensure_user("bob", 2002, "clowder")
-    env.drop_in(f"[Service]\nEnvironment=CLOWDER_MAX_SESSIONS_PER_USER={LIMIT}\n")
-    env.start()
-    yield env
-    env.stop_all()
-    env.remove_drop_ins()
-    assert env.session_units() == []
+def capped_host(system_host):  # noqa: F811
+    system_host.drop_in(f"[Service]\nEnvironment=CLOWDER_MAX_SESSIONS_PER_USER={LIMIT}\n")
+    system_host.restart()
+    yield system_host
+    system_host.remove_drop_ins()
 
 
-def test_one_user_is_capped_others_are_not(system_host):
-    h = system_host
+def test_one_user_is_capped_others_are_not(capped_host):
+    h = capped_host
     mine = [h.spawn("sleep", "100000", user="alice", cwd="/home/alice") for _ in range(LIMIT)]
     proc = h.ctl("spawn", "--cwd", "/home/alice", "--", "sleep", "100000", user="alice",
                  check=False)
