@@ -29,18 +29,24 @@ class Stream:
 
     def __init__(self):
         self.sent: list[P.Message] = []
+        self._more = asyncio.Event()  # set at each send
 
     async def send(self, msg: P.Message) -> None:
         P.encode(msg)  # every answer must fit in one frame
         self.sent.append(msg)
+        self._more.set()
 
     async def wait_for(self, predicate, what: str, timeout: float = 5.0):
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             for msg in self.sent:
                 if predicate(msg):
                     return msg
-            await asyncio.sleep(0.01)
+            self._more.clear()
+            try:
+                await asyncio.wait_for(self._more.wait(), deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                break
         pytest.fail(f"timed out waiting for {what}; sent: {self.sent}")
 
 
