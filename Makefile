@@ -12,7 +12,7 @@ PYTEST_ARGS ?= -q
 TESTS ?= tests
 INSTANCE ?= clowder-test
 
-.PHONY: deps venv stage test test-unit test-faults test-soak demo units clean
+.PHONY: deps venv stage test test-unit test-faults test-soak test-hostile demo units clean
 
 # CLOWDER_* variables of the caller's environment reach the tests inside the instance
 # (e.g. CLOWDER_SOAK_SECONDS, CLOWDER_FAULT_TRIALS).
@@ -52,6 +52,11 @@ test: venv stage
 	  cd $(STAGE) && python3 tools/sysinstance.py run --name $(INSTANCE) $(INSTANCE_ENV) -- \
 	    $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(TESTS); \
 	fi
+
+# The hostile-neighbour suite alone (it is part of `make test` too): every request kind
+# flooded by a client that never reads, tried by a second user, and the escape bombs.
+test-hostile:
+	$(MAKE) test TESTS="$(sort $(wildcard tests/test_hostile_*.py)) tests/test_access.py"
 
 # The chaos run at length (a short one is part of `make test`): CLOWDER_SOAK_SECONDS per
 # scope (default 600), CLOWDER_SOAK_SEED to replay a run.  Its soak-report lines (in

@@ -15,7 +15,7 @@ import subprocess
 import time
 
 from conftest import wait_for
-from test_host_abuse import exchange
+from test_hostile_frames import exchange
 from test_watchdog import watchdog_period
 
 from ptyhostd import protocol as P

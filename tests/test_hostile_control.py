@@ -15,14 +15,8 @@ import pytest
 from conftest import PYTHON, ensure_user, wait_for
 from ptyhostd import protocol as P
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
+from hostile import rss_kib
 from test_ending import STUBBORN, control_socket, timed_status
-
-
-def rss_kib(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 @pytest.mark.parametrize("host", ["system"], indirect=True)

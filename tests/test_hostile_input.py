@@ -14,7 +14,7 @@ import socket
 from conftest import wait_for
 from ptyhostd import protocol as P
 from test_access import system_host  # noqa: F401  (a fixture)
-from test_input import Memory
+from hostile import Memory
 
 FLOOD = 300 << 20
 ACCEPTED_BOUND = 32 << 20  # what the host (and both socket buffers) may take of it

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from hostile import Memory
 from conftest import wait_for
 from test_attach import Attach
 from test_handoff import reload_and_wait
@@ -32,33 +33,6 @@ def _payload(seed: int) -> bytes:
     data = bytearray(os.urandom(SIZE))
     # Ctrl-\ would detach the attach client: replace it; everything else is raw.
     return bytes(data.replace(b"\x1c", b"\x1d"))
-
-
-class Memory:
-    """Samples the host's VmRSS/VmHWM (kB) from /proc while a transfer runs."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.start_hwm = self.read()["VmHWM"]
-        self.max_rss = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def read(self) -> dict:
-        with open(f"/proc/{self.pid}/status") as f:
-            return {k: int(v.split()[0]) for k, v in
-                    (line.split(":", 1) for line in f) if k in ("VmRSS", "VmHWM")}
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            self.max_rss = max(self.max_rss, self.read()["VmRSS"])
-
-    def stop(self) -> int:
-        """The growth of the peak (bytes) since the start."""
-        self._stop.set()
-        self._thread.join()
-        return (self.read()["VmHWM"] - self.start_hwm) * 1024
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The frame codec: round trips, and a property test that hostile input never crashes it.
 
 Acceptance point 6 of issue 2 is covered twice: here against the decoder itself
-(thousands of generated inputs), and in test_host_abuse.py against a live host.
+(thousands of generated inputs), and in test_hostile_frames.py against a live host.
 """
 
 import struct
