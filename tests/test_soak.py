@@ -38,6 +38,7 @@ import pytest
 from conftest import PYTHON, SUMMARY, wait_for
 from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
+from test_watchdog import timespan
 
 SECONDS = float(os.environ.get("CLOWDER_SOAK_SECONDS", "75"))
 SEED = int(os.environ.get("CLOWDER_SOAK_SEED", str(int(time.time()))))
@@ -71,15 +72,6 @@ def rss(pid: int) -> int:
             return int(f.read().split()[1]) * 4096
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return 0
-
-
-def timespan(text: str) -> float:
-    """Seconds in a systemd timespan as ``systemctl show`` prints it ("1min 30s", "500ms");
-    0 for "0" or "infinity" (no watchdog)."""
-    units = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600}
-    if text in ("", "0", "infinity"):
-        return 0.0
-    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)\s*(us|ms|min|s|h)", text))
 
 
 def never_reading_client(host, sid: str) -> socket.socket:

@@ -26,14 +26,17 @@ TIMEOUT_EXIT = 124  # clowderctl's exit status when a daemon does not answer in 
 MARGIN = 4.0
 
 
-def _seconds(span: str) -> float:
-    """A systemd time span as `systemctl show` prints it ("10s", "1min 30s", "500ms")."""
+def timespan(text: str) -> float:
+    """Seconds in a systemd timespan as ``systemctl show`` prints it ("1min 30s", "500ms");
+    0 for "0" or "infinity" (no watchdog)."""
     units = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600}
-    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)(us|ms|min|s|h)", span))
+    if text in ("", "0", "infinity"):
+        return 0.0
+    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)\s*(us|ms|min|s|h)", text))
 
 
 def watchdog_period(host) -> float:
-    period = _seconds(host.show("clowder-ptyhost.service", "WatchdogUSec")["WatchdogUSec"])
+    period = timespan(host.show("clowder-ptyhost.service", "WatchdogUSec")["WatchdogUSec"])
     assert period > 0, "the host's unit has no WatchdogSec"
     return period
 
