@@ -9,6 +9,7 @@ someone else's session or agent.  The tests live in ``tests/test_hostile_*.py``
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -100,3 +101,19 @@ class Flooder:
 
     def __exit__(self, *exc):
         self.close()
+
+
+@contextlib.contextmanager
+def held_connections(path: str, count: int):
+    """``count`` connections to ``path`` that say nothing and are held for the block
+    (fewer if the daemon stops accepting: the ones that got through)."""
+    held = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            held.append(s)
+        yield held
+    finally:
+        for s in held:
+            s.close()

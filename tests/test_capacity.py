@@ -10,11 +10,11 @@ up, keeps its sessions, and does not flood the journal.
 from __future__ import annotations
 
 import datetime
-import socket
 import subprocess
 import time
 
 from conftest import wait_for
+from hostile import held_connections
 from test_hostile_frames import exchange
 from test_watchdog import watchdog_period
 
@@ -104,12 +104,7 @@ def test_out_of_fds_is_a_clear_refusal(host):
     # is told why, and the journal gets a line, not a traceback a second.
     # To the microsecond: the lines of the spawns just before must not count.
     since = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
-    held = []
-    try:
-        for _ in range(80):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(host.socket)
-            held.append(s)
+    with held_connections(host.socket, 80):
         # Clients keep coming for longer than the watchdog period (old asyncio: a
         # traceback each second; a host that cannot ping while its table is full is
         # replaced by the watchdog, which the main PID below would show).
@@ -123,9 +118,6 @@ def test_out_of_fds_is_a_clear_refusal(host):
         assert not [line for line in lines if "Traceback" in line
                     or "out of system resource" in line], lines
         assert len(lines) <= 5, lines
-    finally:
-        for s in held:
-            s.close()
     assert host.main_pid() == pid
     wait_for(lambda: host.ctl("ps", check=False).returncode == 0, 10,
              "the host to serve again once the clients went")
@@ -136,18 +128,10 @@ def test_refusal_before_hello_is_a_protocol_error(host):
     """A connection refused for lack of fds still gets a frame a client can decode."""
     host.drop_in("[Service]\nLimitNOFILE=40\n")
     host.restart()
-    held = []
-    try:
-        for _ in range(60):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(host.socket)
-            held.append(s)
+    with held_connections(host.socket, 60):
         frames = exchange(host.socket, b"")
         assert frames and isinstance(frames[0], P.Error) and frames[0].fatal, frames
         assert "no file descriptors left" in frames[0].message
-    finally:
-        for s in held:
-            s.close()
 
 
 def test_max_lowered_below_what_is_parked_is_reported(host):
