@@ -66,14 +66,34 @@ def is_control(sock: socket.socket, pid: int, expected: Optional[str]) -> bool:
             os.close(pidfd)
 
 
-def _peer_pidfd(sock: socket.socket) -> Optional[int]:
-    """A pidfd of the peer, None on a kernel without SO_PEERPIDFD; raises OSError else."""
+def _kernel_has_peer_pidfd() -> bool:
+    """Asked once, of a socket pair: a peer that is gone also fails (EINVAL, ESRCH),
+    and must then not be taken for an old kernel."""
+    a, b = socket.socketpair(socket.AF_UNIX)
     try:
-        return sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+        os.close(a.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD))
+        return True
     except OSError as exc:
         if exc.errno in (errno.ENOPROTOOPT, errno.EINVAL):
-            return None
+            return False
         raise
+    finally:
+        a.close()
+        b.close()
+
+
+_HAS_PEER_PIDFD: Optional[bool] = None
+
+
+def _peer_pidfd(sock: socket.socket) -> Optional[int]:
+    """A pidfd of the peer, None on a kernel without SO_PEERPIDFD; raises OSError else
+    (out of fds, or the peer is gone)."""
+    global _HAS_PEER_PIDFD
+    if _HAS_PEER_PIDFD is None:
+        _HAS_PEER_PIDFD = _kernel_has_peer_pidfd()
+    if not _HAS_PEER_PIDFD:
+        return None
+    return sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
 
 
 def _alive(pidfd: int) -> bool:
