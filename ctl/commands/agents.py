@@ -34,7 +34,8 @@ def run(args) -> int:
         if args.json:
             print(json.dumps(a))
         else:
-            print(shown(f"{a['name']}: {a['state']} (session {a['session']}, pid {a['pid']})"))
+            print(shown(f"{a['name']}: {a['state']} (session {a['session']}, "
+                        f"pid {a['pid']})"))
     elif args.json:
         print(json.dumps(agent))
     else:
