@@ -2,7 +2,8 @@
 
 The same framing and handshake as the PTY host (ptyhostd.protocol), kinds 4xx; a
 connection whose first request is OpenStream becomes multiplexed (controld.mux).
-Status is open to anyone who can connect; changing an agent, attaching to it, its files,
+Status is open to anyone who can connect, and shows a member only their own sessions
+(root and the daemon's own uid see all); changing an agent, attaching to it, its files,
 its git worktree and forwarded ports need root or the daemon's own uid.
 """
 
@@ -125,9 +126,14 @@ class ControlServer:
         sup = self.supervisor
         try:
             if isinstance(msg, P.GetStatus):
-                st = sup.status()
+                # A member is shown only their own (supervisor.status), and not how
+                # many sessions the host holds for everyone.
+                st = sup.status(uid)
+                host = await self.host_status()
+                if uid not in (0, self.uid):
+                    host.pop("sessions", None)
                 return P.StatusReport(agents=st["agents"], unclaimed=st["unclaimed"],
-                                      problems=st["problems"], host=await self.host_status())
+                                      problems=st["problems"], host=host)
             if not isinstance(msg, (P.AgentUp, P.AgentDown, P.AgentRestart)):
                 return P.Error(message=f"{type(msg).__name__} is not a control request",
                                code="bad-request")

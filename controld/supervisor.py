@@ -3,15 +3,19 @@
 An agent's sessions live on the PTY host, named ``agent:<name>`` and
 ``agent:<name>/<shell>``; this daemon holds only what it wants and what it knows, so it
 can be restarted at any moment without touching a session.  At start it reconciles:
-a session still running is adopted (by the id in the registry, else by its name);
-one that is gone is re-spawned (an agent with its resume command) and the reason is
-recorded; a running session no agent claims is reported, never killed.
+a session still running is adopted (by the id in the registry, else by its name) if
+it is the agent's own: the host marked it as started by this daemon (``agent``, see
+ptyhostd/peer.py) and it runs as the agents' user (this daemon's uid) - a name alone
+never makes a session an agent's; one that is gone is re-spawned (an agent with its
+resume command) and the reason is recorded; a running session no agent claims is
+reported, never killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -74,6 +78,8 @@ class Supervisor:
         self.ending: set[str] = set()  # sessions being ended: neither adopted nor unclaimed
         self._background: set[asyncio.Task] = set()  # stops of removed agents, retries
         self._retry: Optional[asyncio.Task] = None
+        self.uid = os.getuid()  # the agents' user: the host runs our spawns as us
+        self._refused: set[str] = set()  # sessions named like an agent's, not its own
 
     # --- logging -----------------------------------------------------------------------
 
@@ -188,7 +194,8 @@ class Supervisor:
                    if s["state"] == "running" and s["id"] not in self.ending}
         by_name = {}
         for s in running.values():
-            by_name.setdefault(s["name"], s)
+            if self._owned(s):
+                by_name.setdefault(s["name"], s)
         claimed = set()
         for name, rt in self.runtimes.items():
             rec = self.registry.get(name)
@@ -198,6 +205,8 @@ class Supervisor:
             for role, shell in roles:
                 sid = rec.session if not role else rec.shells.get(role)
                 found = running.get(sid) if sid else None
+                if found is not None and not self._owned(found):
+                    found = None  # the registry's id, now someone else's: never theirs
                 how = "adopted its running session"
                 if found is None and session_name(name, role or None) in by_name:
                     found = by_name[session_name(name, role or None)]
@@ -220,10 +229,28 @@ class Supervisor:
                 if before is not None:
                     await self._forget(sid)
         self.unclaimed = [s for s in running.values() if s["id"] not in claimed]
+        self._refused &= set(running)  # said once per session, while it runs
         for s in self.unclaimed:
             log.warning("session %s (%s) is running but no agent claims it; left alone",
                         s["id"], s["name"], extra={"CLOWDER_SESSION": s["id"],
                                                    "CLOWDER_CAUSE": "unclaimed"})
+
+    def _owned(self, info: dict) -> bool:
+        """Whether a session may be adopted as an agent's: started by this daemon (the
+        host's mark) and running as the agents' user.  One named ``agent:...`` that is
+        not is left alone, and said once."""
+        if info.get("agent") is True and info.get("uid") == self.uid:
+            return True
+        name = info.get("name") or ""
+        if name.startswith(PREFIX) and info["id"] not in self._refused:
+            self._refused.add(info["id"])
+            why = "not started by clowder-control" if info.get("agent") is not True \
+                else f"it runs as uid {info.get('uid')}, not {self.uid}"
+            log.warning("session %s is named %r but is not an agent's (%s): never adopted, "
+                        "left alone", info["id"], name, why,
+                        extra={"CLOWDER_SESSION": info["id"],
+                               "CLOWDER_CAUSE": "not-adopted"})
+        return False
 
     def _adopt(self, rt: Runtime, rec: AgentRecord, role: str, info: dict, cause: str):
         self._record(rec, role, info["id"])
@@ -393,8 +420,11 @@ class Supervisor:
             for watch in rt.watches.values():
                 watch.cancel()
             rt.watches.clear()
+        # With the host's list, only sessions that are the agent's own: a registry
+        # written before the host marked them may name a session someone else made.
         sids = [(role, sid) for role, sid in [("", rec.session), *rec.shells.items()]
-                if sid and sid not in self.ending and (live is None or sid in live)]
+                if sid and sid not in self.ending
+                and (live is None or (sid in live and self._owned(live[sid])))]
         self.ending.update(sid for _, sid in sids)
         return sids
 
@@ -467,11 +497,17 @@ class Supervisor:
                         "running": s.name in rt.watches} for s in rt.spec.shells],
         }
 
-    def status(self) -> dict:
-        return {"agents": [self.agent_status(n) for n in sorted(self.runtimes)],
+    def status(self, viewer: Optional[int] = None) -> dict:
+        """Everything, for root and this daemon's uid (``viewer`` None); for another uid
+        only what is theirs: the sessions they run, agents if they run as them (they run
+        as this daemon's uid), and no problems (they name agents, paths and files)."""
+        everything = viewer is None or viewer in (0, self.uid)
+        return {"agents": [self.agent_status(n) for n in sorted(self.runtimes)]
+                if everything else [],
                 "unclaimed": [{k: s.get(k) for k in ("id", "name", "pid", "unit")}
-                              for s in self.unclaimed],
-                "problems": list(self.problems)}
+                              for s in self.unclaimed
+                              if everything or s.get("uid") == viewer],
+                "problems": list(self.problems) if everything else []}
 
 
 def _spec_dict(spec: Agent) -> dict:

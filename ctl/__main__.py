@@ -8,6 +8,7 @@ import sys
 from . import deadline
 from .client import ClientError, NotAnswering, RequestFailed
 from .commands import COMMANDS
+from .text import shown
 from .transport import Remote
 
 # What `--host` runs where: control commands through a relay to clowder-control, session
@@ -112,13 +113,13 @@ def main(argv=None) -> None:
         else:
             code = args.run(args)
     except RequestFailed as exc:
-        print(f"clowderctl {args.command}: {exc}", file=sys.stderr)
+        print(f"clowderctl {args.command}: {shown(exc, lines=True)}", file=sys.stderr)
         code = 1
     except NotAnswering as exc:
-        print(f"clowderctl {args.command}: {exc}", file=sys.stderr)
+        print(f"clowderctl {args.command}: {shown(exc, lines=True)}", file=sys.stderr)
         code = deadline.EXIT_CODE
     except ClientError as exc:
-        print(f"clowderctl {args.command}: {exc}", file=sys.stderr)
+        print(f"clowderctl {args.command}: {shown(exc, lines=True)}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
         code = 130

@@ -228,7 +228,8 @@ class Adoption:
             "created": field("created", (int, float), None), "state": field("state", str, ""),
             "exit_status": field("exit_status", str, None),
             "exit_code": field("exit_code", int, None), "signal": field("signal", int, None),
-            "ended_at": field("ended_at", (int, float), None), "pid": field("pid", int, 0)},
+            "ended_at": field("ended_at", (int, float), None), "pid": field("pid", int, 0),
+            "agent": rec.get("agent") if isinstance(rec, dict) else False},
             ring, master)
 
     def _session_of(self, sid: str, rec: dict, ring: Ring, master: Optional[Fd]) -> Session:
@@ -243,7 +244,8 @@ class Adoption:
                     argv=[str(a) for a in rec.get("argv") or []], cwd=rec.get("cwd") or None,
                     uid=int(rec.get("uid", self.uid)), cols=cols, rows=rows,
                     created=float(rec.get("created") or time.time()), ring=ring,
-                    master=master, state=state if state in _STATES else "running")
+                    master=master, state=state if state in _STATES else "running",
+                    agent=rec.get("agent") is True)
         s.exit_status = rec.get("exit_status")
         s.exit_code = rec.get("exit_code")
         s.signal = rec.get("signal")

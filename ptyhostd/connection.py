@@ -14,7 +14,7 @@ import socket
 import struct
 from typing import Optional
 
-from . import __version__, handoff, inputseq, protocol
+from . import __version__, handoff, inputseq, peer, protocol
 from .host import Host, RequestError
 from .session import SCREEN_CATCH_UP, Attachment, Session
 
@@ -36,6 +36,7 @@ class Connection(asyncio.Protocol):
         self.transport: Optional[asyncio.Transport] = None
         self.uid = -1
         self.pid = 0
+        self.control = False  # the peer is clowder-control (peer.py): may spawn agents
         self.greeted = False
         self.attachment: Optional[Attachment] = None
         self.closed = False
@@ -56,6 +57,9 @@ class Connection(asyncio.Protocol):
             self.fatal(f"uid {self.uid} may not use the PTY host of uid {self.host.uid}",
                        "permission")
             return
+        # Read once, now: the peer's process is the one that connected (peer.py).
+        self.control = self.uid == self.host.uid and \
+            peer.is_control(sock, self.pid, self.host.control_cgroup)
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
     def data_received(self, data: bytes) -> None:
@@ -192,7 +196,7 @@ class Connection(asyncio.Protocol):
             raise RequestError(f"{type(msg).__name__} is not valid while attached",
                                "attached")
         if isinstance(msg, P.Spawn):
-            s = await self.host.spawn(msg, self.uid)
+            s = await self.host.spawn(msg, self.uid, by_control=self.control)
             self.send(P.SessionInfo(session=s.info()))
         elif isinstance(msg, P.ListSessions):
             self.send(P.SessionList(sessions=[s.info() for s in self.host.sessions.values()
@@ -247,6 +251,10 @@ class Connection(asyncio.Protocol):
             keep = last_lines(self._session(msg.session).ring, msg.lines)
             self.send(P.SnapshotData(data="\n".join(keep).encode() + b"\n" * bool(keep)))
         elif isinstance(msg, P.UpgradeCheck):
+            # Each check starts a process as the host's user: not for anyone to loop.
+            if self.uid not in (0, self.host.uid):
+                raise RequestError(f"uid {self.uid} may not run the upgrade check: only "
+                                   f"root may", "permission")
             try:
                 report = await self.host.check_handoff()
                 self.send(P.CheckReport(ok=True, message="the installed code would take over",

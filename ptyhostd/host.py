@@ -14,10 +14,11 @@ import os
 import pwd
 import secrets
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Optional
 
-from . import fdstore, handoff, inputseq, protocol, pty
+from . import fdstore, handoff, inputseq, peer, protocol, pty
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import Manifest
 from .pidwatch import PidWatch
@@ -57,6 +58,8 @@ class Host(Adoption):
         self.loop = asyncio.get_running_loop()
         self.pidwatch = PidWatch(self.loop)
         self.uid = os.getuid()
+        # Where clowder-control runs; a connection from there may take reserved names.
+        self.control_cgroup = peer.control_cgroup()
         self._tasks: set[asyncio.Task] = set()
         self._handing_off = False
         self.last_handoff_error = ""
@@ -120,9 +123,12 @@ class Host(Adoption):
 
     # --- spawn --------------------------------------------------------------------------
 
-    async def spawn(self, req: protocol.Spawn, client_uid: int) -> Session:
+    async def spawn(self, req: protocol.Spawn, client_uid: int,
+                    by_control: bool = False) -> Session:
         """Start a session for a client; raises RequestError with a reason it can show.
 
+        ``by_control``: the client is clowder-control (peer.py): the session is marked
+        as an agent's, and only then may its name start with ``agent:``.
         Nothing starts that could not be kept: a session the FD store has no room for
         would be lost at the next crash (systemd closes what is parked past its max)."""
         argv = _check_argv(req.argv)
@@ -134,9 +140,10 @@ class Host(Adoption):
                                "bad-request")
         user, uid = self._run_as(req.user, client_uid)
         name = req.name or ""
-        if len(name) > 200 or any(ord(c) < 32 for c in name):
-            raise RequestError("a session name must be printable and at most 200 characters",
-                               "bad-request")
+        _check_name(name)
+        if name.startswith(RESERVED_PREFIX) and not by_control:
+            raise RequestError(f"session names starting with {RESERVED_PREFIX!r} are "
+                               f"reserved for clowder-control's agents", "reserved-name")
         if fdstore.under_systemd():
             try:
                 capacity, held = await self.manager.fd_store()
@@ -186,7 +193,8 @@ class Host(Adoption):
             slave.close()
             raise
         s = Session(sid, name=name, argv=argv, cwd=req.cwd, uid=uid, cols=req.cols,
-                    rows=req.rows, created=time.time(), ring=ring, master=master)
+                    rows=req.rows, created=time.time(), ring=ring, master=master,
+                    agent=by_control)
         # Parked before the program starts: a crash from here on cannot lose the pty.
         fdstore.park(f"m.{sid}", master.fd, poll=False)
         fdstore.park(f"r.{sid}", ring.fd.fd)
@@ -212,7 +220,8 @@ class Host(Adoption):
             raise RequestError(f"cannot start {argv[0]!r}: "
                                f"{reason or f'systemd start job {result} ({state.result})'}",
                                "spawn")
-        s.set_state("running", f"started by uid {client_uid}")
+        s.set_state("running", f"started by uid {client_uid}"
+                    + (" (clowder-control)" if by_control else ""))
         try:
             watched = bool(state.main_pid) and s.watch_pid(self.pidwatch, state.main_pid,
                                                            lambda: self._on_pid_exit(s))
@@ -546,6 +555,24 @@ def _check_env(env) -> list[str]:
             raise RequestError(f"invalid environment variable {k!r}", "bad-request")
         out.append(f"{k}={v}")
     return out
+
+
+RESERVED_PREFIX = "agent:"  # clowder-control's agents (controld.supervisor.PREFIX)
+# Unicode categories a name may not hold: controls (C0, DEL, C1), format characters
+# (bidi overrides and isolates, zero-width ones: they reorder or hide what a terminal
+# shows), surrogates, and the line and paragraph separators.
+_UNSHOWABLE = ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
+def _check_name(name: str) -> None:
+    if len(name) > 200:
+        raise RequestError(f"a session name may be at most 200 characters, not {len(name)}",
+                           "bad-request")
+    for c in name:
+        if unicodedata.category(c) in _UNSHOWABLE:
+            raise RequestError(f"a session name may not contain U+{ord(c):04X} "
+                               f"({unicodedata.name(c, 'a control character')}): it "
+                               f"would change or hide what a terminal shows", "bad-request")
 
 
 def _printable(text: str) -> str:

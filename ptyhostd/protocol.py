@@ -581,6 +581,7 @@ class VcsReport(Message):
 SESSION_FIELDS = (
     "id", "name", "pid", "unit", "state", "exit_code", "signal", "cols", "rows",
     "created", "uid", "cwd", "argv",
+    "agent",  # started by clowder-control (optional: older hosts omit it)
 )
 
 def refuse_hello(msg: Message, server: str) -> Optional[Error]:

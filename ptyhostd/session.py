@@ -96,12 +96,16 @@ class Session:
 
     def __init__(self, sid: str, *, name: str, argv: list, cwd: Optional[str], uid: int,
                  cols: int, rows: int, created: float, ring: Ring,
-                 master: Optional[Fd] = None, state: str = "starting"):
+                 master: Optional[Fd] = None, state: str = "starting",
+                 agent: bool = False):
         self.id = sid
         self.name = name
         self.argv = argv
         self.cwd = cwd
         self.uid = uid
+        # Started by clowder-control (ptyhostd.peer): the only sessions it adopts as
+        # agents.  Fixed at spawn, kept in the manifest; a record without it is not one.
+        self.agent = agent
         self.cols = cols
         self.rows = rows
         self.created = created
@@ -138,6 +142,7 @@ class Session:
             "uid": self.uid, "cols": self.cols, "rows": self.rows, "created": self.created,
             "state": self.state, "pid": self.pid, "exit_status": self.exit_status,
             "exit_code": self.exit_code, "signal": self.signal, "ended_at": self.ended_at,
+            "agent": self.agent,
         }
 
     def record_json(self) -> str:
@@ -159,7 +164,7 @@ class Session:
             "id": self.id, "name": self.name, "pid": self.pid, "unit": self.unit,
             "state": self.state, "exit_code": self.exit_code, "signal": self.signal,
             "cols": self.cols, "rows": self.rows, "created": self.created, "uid": self.uid,
-            "cwd": self.cwd, "argv": self.argv,
+            "cwd": self.cwd, "argv": self.argv, "agent": self.agent,
         }
 
     def exited_message(self) -> protocol.Exited:

@@ -5,6 +5,7 @@ import json
 from ptyhostd import protocol
 
 from ..client import Client, default_control_socket
+from ..text import shown
 
 
 def add_parser(sub):
@@ -33,10 +34,11 @@ def run(args) -> int:
         if args.json:
             print(json.dumps(a))
         else:
-            print(f"{a['name']}: {a['state']} (session {a['session']}, pid {a['pid']})")
+            print(shown(f"{a['name']}: {a['state']} (session {a['session']}, "
+                        f"pid {a['pid']})"))
     elif args.json:
         print(json.dumps(agent))
     else:
         how = agent.get("stopped")
-        print(f"{args.agent}: down" + (f" ({how})" if how else ""))
+        print(shown(f"{args.agent}: down" + (f" ({how})" if how else "")))
     return 0

@@ -14,6 +14,7 @@ from ptyhostd import protocol
 
 from ..client import default_control_socket
 from ..mux import Mux
+from ..text import shown
 
 P = protocol
 
@@ -47,7 +48,7 @@ def run(args) -> int:
                     "%Y-%m-%d %H:%M")
                 suffix = "/" if e.get("type") == "dir" else ""
                 print(f"{e.get('type', '?'):5} {e.get('size', 0):>10} {when}  "
-                      f"{e['name']}{suffix}")
+                      f"{shown(e['name'])}{suffix}")  # a file name may hold controls
             if getattr(rep, "truncated", False):
                 print("(listing truncated)", file=sys.stderr)
         elif args.action == "cat":
@@ -79,5 +80,6 @@ def run(args) -> int:
                 if ev.overflow:
                     print("! events were lost: list again", flush=True)
                 for e in ev.events:
-                    print(f"{e.get('kind', '?'):8} {e.get('path', '')}", flush=True)
+                    print(f"{e.get('kind', '?'):8} {shown(e.get('path', ''))}",
+                          flush=True)
     return 0

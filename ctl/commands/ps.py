@@ -6,6 +6,7 @@ import time
 from ptyhostd import protocol
 
 from ..client import Client
+from ..text import shown
 
 COLUMNS = ("id", "name", "pid", "unit", "state", "exit", "size", "created")
 
@@ -31,9 +32,11 @@ def run(args) -> int:
         return 0
     rows = [COLUMNS]
     for s in sessions:
-        rows.append((s["id"], s["name"], str(s["pid"] or "-"), s["unit"], s["state"],
-                     exit_text(s), f"{s['cols']}x{s['rows']}",
-                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"]))))
+        # Escaped: a name from an old manifest or another host may hold controls.
+        rows.append(tuple(shown(v) for v in (
+            s["id"], s["name"], str(s["pid"] or "-"), s["unit"], s["state"], exit_text(s),
+            f"{s['cols']}x{s['rows']}",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"])))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())

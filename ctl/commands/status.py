@@ -5,6 +5,7 @@ import json
 from ptyhostd import protocol
 
 from ..client import Client, default_control_socket
+from ..text import shown
 
 
 def add_parser(sub):
@@ -43,18 +44,20 @@ def run(args) -> int:
     for a in rep.agents:
         shells = ",".join(f"{s['name']}{'' if s['running'] else '(down)'}"
                           for s in a["shells"]) or "-"
-        rows.append((a["name"], a["state"], a["activity"], str(a["pid"] or "-"),
-                     a["session"] or "-", _uptime(a["uptime"]), _exit(a["last_exit"]),
-                     shells, (a.get("stopped") if a["state"] == "down" else None)
-                     or a["cause"] or "-"))
+        # Escaped: names and causes come from configuration and the host.
+        rows.append(tuple(shown(v) for v in (
+            a["name"], a["state"], a["activity"], str(a["pid"] or "-"), a["session"] or "-",
+            _uptime(a["uptime"]), _exit(a["last_exit"]), shells,
+            (a.get("stopped") if a["state"] == "down" else None) or a["cause"] or "-")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1])
     for s in rep.unclaimed:
-        print(f"unclaimed session {s['id']} ({s['name']}, pid {s['pid']}): no agent claims it")
+        print(f"unclaimed session {shown(s['id'])} ({shown(s['name'])}, pid "
+              f"{shown(s['pid'])}): no agent claims it")
     for p in rep.problems:
-        print(f"problem: {p}")
+        print(f"problem: {shown(p)}")
     if not rep.host.get("answering", rep.host.get("reachable", True)):
         print(f"problem: PTY host not answering (agents as clowder-control last knew "
-              f"them): {rep.host.get('error')}")
+              f"them): {shown(rep.host.get('error'))}")
     return 0

@@ -12,6 +12,7 @@ from ptyhostd import protocol
 
 from ..client import default_control_socket
 from ..mux import Mux
+from ..text import shown
 
 P = protocol
 
@@ -40,9 +41,11 @@ def run(args) -> int:
             line = f"## {info.get('branch') or '(no branch)'}"
             if info.get("upstream"):
                 line += f"...{info['upstream']} +{info.get('ahead', 0)} -{info.get('behind', 0)}"
-            print(line)
+            # Escaped: branch names, paths and subjects come from the repository.
+            print(shown(line))
             for e in rep.entries:
-                print(f"{e.get('index', ' ')}{e.get('worktree', ' ')} {e.get('path', '')}")
+                print(shown(f"{e.get('index', ' ')}{e.get('worktree', ' ')} "
+                            f"{e.get('path', '')}"))
         elif args.action == "diff":
             rep = c.request(P.VcsDiff(agent=args.agent, path=args.path, staged=args.staged),
                             P.VcsReport)
@@ -50,8 +53,8 @@ def run(args) -> int:
         else:
             rep = c.request(P.VcsLog(agent=args.agent, limit=args.limit), P.VcsReport)
             for e in rep.entries:
-                print(f"{e.get('commit', '')[:12]} {e.get('date', '')} "
-                      f"{e.get('author', '')}: {e.get('subject', '')}")
+                print(shown(f"{e.get('commit', '')[:12]} {e.get('date', '')} "
+                            f"{e.get('author', '')}: {e.get('subject', '')}"))
         if rep.truncated:
             print("(truncated)", file=sys.stderr)
     return 0
