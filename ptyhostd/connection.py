@@ -14,7 +14,7 @@ import socket
 import struct
 from typing import Optional
 
-from . import __version__, handoff, inputseq, protocol
+from . import __version__, handoff, inputseq, protocol, pty
 from .host import Host, RequestError
 from .session import SCREEN_CATCH_UP, Attachment, Session
 
@@ -281,6 +281,8 @@ class Connection(asyncio.Protocol):
 
     def _attach(self, msg: protocol.Attach) -> None:
         s = self._session(msg.session)
+        if (msg.cols or msg.rows) and not pty.valid_size(msg.cols, msg.rows):
+            raise RequestError(pty.size_problem(msg.cols, msg.rows), "bad-request")
         att = Attachment(self, s, msg.read_only, repaints=msg.replay < 0,
                          size=(msg.cols, msg.rows))
         input_seq = None
@@ -342,6 +344,8 @@ class Connection(asyncio.Protocol):
                     if data:
                         self._write_input(s, data, on_written=tok.on_written)
             else:
+                if not pty.valid_size(msg.cols, msg.rows):
+                    raise RequestError(pty.size_problem(msg.cols, msg.rows), "bad-request")
                 att.size = (msg.cols, msg.rows)
                 if s.size_owner in (att, None) or s.size_owner not in s.attachments:
                     s.size_owner = att

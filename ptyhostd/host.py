@@ -128,7 +128,7 @@ class Host(Adoption):
         argv = _check_argv(req.argv)
         env = _check_env(req.env)
         if not pty.valid_size(req.cols, req.rows):
-            raise RequestError(f"invalid size {req.cols}x{req.rows}", "bad-request")
+            raise RequestError(pty.size_problem(req.cols, req.rows), "bad-request")
         if req.cwd is not None and not os.path.isabs(req.cwd):
             raise RequestError(f"working directory must be absolute: {req.cwd!r}",
                                "bad-request")
@@ -402,7 +402,7 @@ class Host(Adoption):
 
     def resize(self, s: Session, cols: int, rows: int) -> None:
         if not pty.valid_size(cols, rows):
-            raise RequestError(f"invalid size {cols}x{rows}", "bad-request")
+            raise RequestError(pty.size_problem(cols, rows), "bad-request")
         if s.master is None:
             return
         if (cols, rows) != (s.cols, s.rows):
