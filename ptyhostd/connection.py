@@ -244,7 +244,8 @@ class Connection(asyncio.Protocol):
             self.send(P.SnapshotData(data=text.encode() if isinstance(text, str) else text))
         elif isinstance(msg, P.GetHistory):
             from .history import last_lines  # its regexes: not needed to start serving
-            keep = last_lines(self._session(msg.session).ring, msg.lines)
+            s = self._session(msg.session)
+            keep = await last_lines(s.ring, msg.lines, P.MAX_DATA, s.cols)
             self.send(P.SnapshotData(data="\n".join(keep).encode() + b"\n" * bool(keep)))
         elif isinstance(msg, P.UpgradeCheck):
             try:
