@@ -30,6 +30,7 @@ from typing import Optional
 
 import pyte
 from pyte import modes as mo
+from pyte.screens import StaticDefaultDict
 
 from . import screen_render
 from .grid import Grid, Saved
@@ -49,14 +50,23 @@ _SKIP_OPENER = {0x5D: b"\x1b]_;"}  # an OSC no one acts on: its tail is never di
 _UNWRAP = frozenset(b"@ABCDEFGHIJKLMPSTXZ`abdef")
 
 
+def _number(p: bytes) -> Optional[int]:
+    """One parameter, at most 9999; None if empty (int() of thousands of digits is slow,
+    or refused by Python's digit limit)."""
+    if not p.isdigit():
+        return None
+    p = p.lstrip(b"0") or b"0"
+    return min(int(p), 9999) if len(p) <= 5 else 9999
+
+
 def _params(raw: bytes) -> list:
     """CSI parameters: an int, None for an empty one, or a list for colon sub-parameters."""
     out = []
     for field in raw.split(b";"):
         if b":" in field:
-            out.append([min(int(p), 9999) if p.isdigit() else None for p in field.split(b":")])
+            out.append([_number(p) for p in field.split(b":")])
         else:
-            out.append(min(int(field), 9999) if field.isdigit() else None)
+            out.append(_number(field))
     return out
 
 
@@ -203,9 +213,16 @@ class Screen:
             moved = {y - shift: line for y, line in buffer.items() if shift <= y < shift + rows}
             buffer.clear()
             buffer.update(moved)
-            for line in buffer.values():
+            for y, line in list(buffer.items()):
                 for x in [x for x in line if x >= cols]:
                     del line[x]
+                g.work += len(line)
+                if cols > g.columns and line.default != BLANK:
+                    # New columns are blank: the row's colour covers only the old ones.
+                    wide = StaticDefaultDict(BLANK)
+                    wide.update(dict.fromkeys(range(g.columns), line.default))
+                    wide.update(line)
+                    buffer[y] = line = wide
                 if cols - 1 in line and screen_render.is_wide(line[cols - 1].data):
                     line[cols - 1] = line[cols - 1]._replace(data=" ")
         new_stops = range(8 * ((g.columns + 7) // 8), cols, 8)
