@@ -301,8 +301,16 @@ class Grid(pyte.Screen):
         """
         rows = {0: range(self.cursor.y + 1, self.lines), 1: range(self.cursor.y),
                 2: range(self.lines)}.get(how, range(0))
-        for y in rows:
-            self._erase(y, 0, self.columns)
+        attrs = self.cursor.attrs
+        self.work += len(rows)
+        buffer = self.buffer
+        if attrs.fg == attrs.bg == "default":
+            for y in rows:
+                buffer.pop(y, None)
+        else:  # whole rows of one coloured blank each (see row_type)
+            make = row_type(BLANK._replace(fg=attrs.fg, bg=attrs.bg))
+            for y in rows:
+                buffer[y] = make()
         if how in (0, 1):
             self.erase_in_line(how)
 
