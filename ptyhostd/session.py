@@ -289,8 +289,9 @@ class Session:
     async def screen_call(self, what: Optional[Callable] = None,
                           limit: int = SCREEN_CATCH_UP):
         """Feed the model up to ``limit`` more bytes of what the ring holds, then return
-        ``what(model)`` and the ring offset the model has seen; all of it in the screen pool (see screenwork.py), one call at a
-        time per session, so the model is never touched by two threads at once."""
+        ``what(model)`` and the ring offset the model has seen.  All of it runs in the
+        screen pool (see screenwork.py), one call at a time per session, so the model is
+        never touched by two threads at once."""
         from . import screenwork
         async with self._screen_lock:
             ring = self.ring
@@ -310,8 +311,9 @@ class Session:
                                        "CLOWDER_CAUSE": "screen-budget"})
                 self._new_screen(ring.head - SCREEN_RESTART)
                 screen = self.screen
+                # Over budget again, the model stays as far as it got: ``_plan`` has moved
+                # ``screen_pos`` past these bytes either way, so they are not retried.
                 await screenwork.run(screenwork.run_plan, screen, self._plan(SCREEN_RESTART))
-                self.screen_pos = ring.head  # the rest, if over budget again, is skipped
             result = await screenwork.run(screenwork.render, screen, what)
             return result, self.screen_pos
 
