@@ -276,3 +276,26 @@ def test_an_agent_printing_bombs_leaves_status_quick_and_control_bounded(host, c
     assert growth < 16 * MiB, f"clowder-control's peak grew by {growth / MiB:.0f} MiB"
     print(f"\nstatus under an agent's bombs: max {max(took) * 1e3:.0f} ms, "
           f"clowder-control peak +{growth / MiB:.1f} MiB")
+
+
+def test_the_models_bound_what_a_few_bytes_buy():
+    """The same bounds without a host: the line model and the grid, in this process."""
+    import tracemalloc
+
+    from ptyhostd.history import text_lines
+    from ptyhostd.lines import MAX_LINE, render
+    from ptyhostd.screen import Screen
+    lines = render(b"\x1b[20000000C x" * 5)
+    assert max(map(len, lines)) <= 1000 + 10, "a cursor move went past the widest terminal"
+    assert max(map(len, text_lines(b"\x1b[20000000C x" * 5, width=80))) <= 90
+    long = render(b"y" * (3 * MAX_LINE + 5))
+    assert [len(x) for x in long] == [MAX_LINE] * 3 + [5], "a long line wraps, nothing lost"
+    assert len(text_lines(b"line\n" * 100000, keep=10)) == 10
+    tracemalloc.start()
+    screen = Screen(COLS, ROWS)
+    screen.feed(b"\x1b[41m\x1b[2J\x1b#8\x1b[44m\x1b[2J")
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert held < 1 * MiB, f"a coloured erase of {COLS}x{ROWS} holds {held / MiB:.1f} MiB"
+    text = screen.snapshot("ansi")
+    assert text.count("\n") == ROWS and "\x1b[0;44m" in text
