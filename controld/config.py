@@ -53,7 +53,8 @@ SYSTEM_PATH = "/etc/clowder/clowder.yaml"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIZE_RE = re.compile(r"(\d{1,5})x(\d{1,5})")
-MAX_SIZE = 10000  # the host's limit, ptyhostd.pty.valid_size
+MAX_SIZE = 1000  # a side; the host's limits are ptyhostd.pty.valid_size's
+MAX_CELLS = 250_000
 SPLITS = ("right", "below")
 
 _T = "tag:yaml.org,2002:"
@@ -333,9 +334,10 @@ class _Checker:
         if text is None:
             return None
         match = SIZE_RE.fullmatch(text)
-        if not match or not all(1 <= int(n) <= MAX_SIZE for n in match.groups()):
-            return self.error(node, keypath, f"must be COLSxROWS, each 1..{MAX_SIZE} "
-                              f"(e.g. 120x40), got {text!r}")
+        if not match or not all(1 <= int(n) <= MAX_SIZE for n in match.groups()) \
+                or int(match[1]) * int(match[2]) > MAX_CELLS:
+            return self.error(node, keypath, f"must be COLSxROWS, each 1..{MAX_SIZE} and "
+                              f"at most {MAX_CELLS} cells (e.g. 120x40), got {text!r}")
         return int(match[1]), int(match[2])
 
     def split(self, node: Node, keypath: str) -> str | None:

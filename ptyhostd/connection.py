@@ -9,14 +9,15 @@ sends can end the host or touch another client's stream.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import struct
 from typing import Optional
 
-from . import __version__, handoff, inputseq, peer, protocol
+from . import __version__, handoff, inputseq, peer, protocol, pty
 from .host import Host, RequestError
-from .session import SCREEN_CATCH_UP, Attachment, Session
+from .session import Attachment, Session
 
 log = logging.getLogger("ptyhostd")
 
@@ -238,17 +239,21 @@ class Connection(asyncio.Protocol):
             self.host.save()
             self.send(P.Ok())
         elif isinstance(msg, P.Attach):
-            self._attach(msg)
+            await self._attach(msg)
         elif isinstance(msg, P.GetSnapshot):
             if msg.format not in ("text", "ansi", "html"):
                 raise RequestError(f"unknown snapshot format {msg.format!r}", "bad-request")
             s = self._session(msg.session)
-            s.feed_screen(SCREEN_CATCH_UP)
-            text = s.screen.snapshot(msg.format)
-            self.send(P.SnapshotData(data=text.encode() if isinstance(text, str) else text))
+            text, _ = await s.screen_call(functools.partial(_snapshot, format=msg.format))
+            if len(text) > P.MAX_DATA:
+                raise RequestError(f"the {msg.format} snapshot of session {s.id} is "
+                                   f"{len(text)} bytes, more than a reply carries "
+                                   f"({P.MAX_DATA}): ask for text", "too-large")
+            self.send(P.SnapshotData(data=text))
         elif isinstance(msg, P.GetHistory):
             from .history import last_lines  # its regexes: not needed to start serving
-            keep = last_lines(self._session(msg.session).ring, msg.lines)
+            s = self._session(msg.session)
+            keep = await last_lines(s.ring, msg.lines, P.MAX_DATA, s.cols)
             self.send(P.SnapshotData(data="\n".join(keep).encode() + b"\n" * bool(keep)))
         elif isinstance(msg, P.UpgradeCheck):
             # Each check starts a process as the host's user: not for anyone to loop.
@@ -287,8 +292,10 @@ class Connection(asyncio.Protocol):
             raise RequestError(f"session {s.id}: writing its input: {exc}", "input-failed")
         return fut if wait else None
 
-    def _attach(self, msg: protocol.Attach) -> None:
+    async def _attach(self, msg: protocol.Attach) -> None:
         s = self._session(msg.session)
+        if (msg.cols or msg.rows) and not pty.valid_size(msg.cols, msg.rows):
+            raise RequestError(pty.size_problem(msg.cols, msg.rows), "bad-request")
         att = Attachment(self, s, msg.read_only, repaints=msg.replay < 0,
                          size=(msg.cols, msg.rows))
         input_seq = None
@@ -312,7 +319,9 @@ class Connection(asyncio.Protocol):
         if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
             att.pos = max(s.ring.tail, s.ring.head - msg.replay)
         else:  # a terminal: the current screen, repainted, then live output
-            att.repaint()
+            await att.repaint()
+            if self.closed:
+                return
         if s.state != "running":
             att.catch_up()
             self.send(s.exited_message())
@@ -350,6 +359,8 @@ class Connection(asyncio.Protocol):
                     if data:
                         self._write_input(s, data, on_written=tok.on_written)
             else:
+                if not pty.valid_size(msg.cols, msg.rows):
+                    raise RequestError(pty.size_problem(msg.cols, msg.rows), "bad-request")
                 att.size = (msg.cols, msg.rows)
                 if s.size_owner in (att, None) or s.size_owner not in s.attachments:
                     s.size_owner = att
@@ -364,6 +375,11 @@ class Connection(asyncio.Protocol):
                 tok.conn = None
             self.attachment.session.attachments.discard(self.attachment)
             self.attachment = None
+
+
+def _snapshot(screen, format: str) -> bytes:
+    """A snapshot as UTF-8 bytes: made in the screen pool."""
+    return screen.snapshot(format).encode()
 
 
 def _cost(msg: protocol.Message) -> int:

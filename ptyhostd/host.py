@@ -24,7 +24,7 @@ from .manifest import Manifest
 from .pidwatch import PidWatch
 from .ring import Ring
 from .adopt import Adoption
-from .session import UNIT_PREFIX, Session
+from .session import UNIT_PREFIX, Session, painted
 
 log = logging.getLogger("ptyhostd")
 
@@ -82,8 +82,13 @@ class Host(Adoption):
             now = time.monotonic()
             for s in list(self.sessions.values()):
                 if s.screen is not None and s.screen_pos < s.ring.head \
-                        and now - s.last_output > quiet:
-                    s.feed_screen(budget)
+                        and now - s.last_output > quiet and not s.screen_busy():
+                    try:
+                        await s.screen_call(limit=budget)
+                    except Exception:
+                        log.exception("session %s: feeding its terminal model failed", s.id,
+                                      extra={"CLOWDER_SESSION": s.id,
+                                             "CLOWDER_CAUSE": "screen-failed"})
 
     def _seed_screens(self, screens: dict[str, dict]) -> None:
         """Rebuild the models handed over as VT bytes (a repaint, fed to a fresh model)."""
@@ -134,7 +139,7 @@ class Host(Adoption):
         argv = _check_argv(req.argv)
         env = _check_env(req.env)
         if not pty.valid_size(req.cols, req.rows):
-            raise RequestError(f"invalid size {req.cols}x{req.rows}", "bad-request")
+            raise RequestError(pty.size_problem(req.cols, req.rows), "bad-request")
         if req.cwd is not None and not os.path.isabs(req.cwd):
             raise RequestError(f"working directory must be absolute: {req.cwd!r}",
                                "bad-request")
@@ -411,7 +416,7 @@ class Host(Adoption):
 
     def resize(self, s: Session, cols: int, rows: int) -> None:
         if not pty.valid_size(cols, rows):
-            raise RequestError(f"invalid size {cols}x{rows}", "bad-request")
+            raise RequestError(pty.size_problem(cols, rows), "bad-request")
         if s.master is None:
             return
         if (cols, rows) != (s.cols, s.rows):
@@ -453,10 +458,11 @@ class Host(Adoption):
             log.info("hand-off to ptyhostd %s: check passed (%d sessions)", report["version"],
                      report["sessions"], extra={"CLOWDER_CAUSE": "handoff"})
             self.save()
-            screens = handoff.pack_screens({
-                s.id: {"pos": s.screen_pos, "cols": s.cols, "rows": s.rows,
-                       "vt": s.screen.repaint() + s.screen.pending}
-                for s in self.sessions.values() if s.screen is not None})
+            models = {}
+            for s in [s for s in self.sessions.values() if s.screen is not None]:
+                (vt, cols, rows), pos = await s.screen_call(painted, limit=0)
+                models[s.id] = {"pos": pos, "cols": cols, "rows": rows, "vt": vt}
+            screens = handoff.pack_screens(models)
             try:
                 # returns only on failure
                 handoff.execute({**self.parked(), **listeners, handoff.SCREENS: [screens],

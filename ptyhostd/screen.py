@@ -30,6 +30,7 @@ from typing import Optional
 
 import pyte
 from pyte import modes as mo
+from pyte.screens import StaticDefaultDict
 
 from . import screen_render
 from .grid import Grid, Saved
@@ -37,6 +38,8 @@ from .screen_render import BLANK, Cell, NAMES, CHARSET_CODES
 
 MAX_STRING = 64 * 1024  # longest OSC/DCS held whole; longer ones are skipped to their end
 MAX_PARAMS = 1024  # a longer unfinished CSI is garbage, not a sequence to wait for
+MAX_TITLE = 4096  # characters of a title kept (ten of them on the title stack)
+MAX_COLOUR_SPEC = 64  # a colour spec is short ("rgb:ffff/ffff/ffff"); longer ones are ignored
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 _CSI = re.compile(rb"\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])")
 _CSI_START = re.compile(rb"\x1b\[[\x30-\x3f]*[\x20-\x2f]*")
@@ -49,14 +52,23 @@ _SKIP_OPENER = {0x5D: b"\x1b]_;"}  # an OSC no one acts on: its tail is never di
 _UNWRAP = frozenset(b"@ABCDEFGHIJKLMPSTXZ`abdef")
 
 
+def _number(p: bytes) -> Optional[int]:
+    """One parameter, at most 9999; None if empty (int() of thousands of digits is slow,
+    or refused by Python's digit limit)."""
+    if not p.isdigit():
+        return None
+    p = p.lstrip(b"0") or b"0"
+    return min(int(p), 9999) if len(p) <= 5 else 9999
+
+
 def _params(raw: bytes) -> list:
     """CSI parameters: an int, None for an empty one, or a list for colon sub-parameters."""
     out = []
     for field in raw.split(b";"):
         if b":" in field:
-            out.append([min(int(p), 9999) if p.isdigit() else None for p in field.split(b":")])
+            out.append([_number(p) for p in field.split(b":")])
         else:
-            out.append(min(int(field), 9999) if field.isdigit() else None)
+            out.append(_number(field))
     return out
 
 
@@ -203,9 +215,16 @@ class Screen:
             moved = {y - shift: line for y, line in buffer.items() if shift <= y < shift + rows}
             buffer.clear()
             buffer.update(moved)
-            for line in buffer.values():
+            for y, line in list(buffer.items()):
                 for x in [x for x in line if x >= cols]:
                     del line[x]
+                g.work += len(line)
+                if cols > g.columns and line.default != BLANK:
+                    # New columns are blank: the row's colour covers only the old ones.
+                    wide = StaticDefaultDict(BLANK)
+                    wide.update(dict.fromkeys(range(g.columns), line.default))
+                    wide.update(line)
+                    buffer[y] = line = wide
                 if cols - 1 in line and screen_render.is_wide(line[cols - 1].data):
                     line[cols - 1] = line[cols - 1]._replace(data=" ")
         new_stops = range(8 * ((g.columns + 7) // 8), cols, 8)
@@ -572,7 +591,7 @@ class Screen:
             self.modify_keys.clear()
         elif len(params) < 2 or params[1] is None:
             self.modify_keys.pop(args[0], None)
-        else:
+        elif args[0] <= 7:  # xterm's resources are 0-7: no table of 10,000 entries
             self.modify_keys[args[0]] = args[1]
 
     def _keys_push(self, params: list) -> None:
@@ -596,6 +615,7 @@ class Screen:
         """An OSC string: titles and colours; queries (``?``) and the rest are ignored."""
         code, _, text = body.decode("utf-8", "replace").partition(";")
         if code in ("0", "1", "2"):
+            text = text[:MAX_TITLE]
             if code != "2":
                 self.icon_name = text
             if code != "1":
@@ -603,7 +623,8 @@ class Screen:
         elif code == "4":
             fields = text.split(";")
             for index, spec in zip(fields[::2], fields[1::2]):
-                if spec != "?" and index.isdigit() and int(index) < 256:
+                if spec != "?" and len(index) < 4 and index.isdigit() and int(index) < 256 \
+                        and len(spec) <= MAX_COLOUR_SPEC:
                     self.colours[f"4;{index}"] = spec
         elif code == "104":
             indexes = text.split(";") if text else [k[2:] for k in self.colours if k[:2] == "4;"]
@@ -611,7 +632,7 @@ class Screen:
                 self.colours.pop(f"4;{index}", None)
         elif code.isdigit() and 10 <= int(code) <= 19:
             for number, spec in enumerate(text.split(";"), int(code)):
-                if spec != "?" and number <= 19:
+                if spec != "?" and number <= 19 and len(spec) <= MAX_COLOUR_SPEC:
                     self.colours[str(number)] = spec
         elif code.isdigit() and 110 <= int(code) <= 119:
             self.colours.pop(str(int(code) - 100), None)

@@ -20,6 +20,7 @@ from itertools import groupby
 from typing import NamedTuple
 
 from pyte import charsets
+from pyte.screens import StaticDefaultDict
 from wcwidth import wcwidth
 
 
@@ -84,10 +85,23 @@ def is_wide(data: str) -> bool:
     return data > "\u10ff" and wcwidth(data[0]) == 2
 
 
+EMPTY_ROW = StaticDefaultDict(BLANK)
+
+
+def buffer_row(buffer, y: int):
+    """Row ``y`` of a buffer, without adding it (a row's missing cells are its default:
+    blank, or the colour a whole-row erase left)."""
+    line = buffer.get(y)
+    return EMPTY_ROW if line is None else line
+
+
 def last_used(line, cols: int) -> int:
     """The column of the last cell of a row that is not blank, or -1."""
-    for x in range(cols - 1, -1, -1):
-        if line.get(x, BLANK) != BLANK:
+    # A blank row default: only the cells stored can be used, so only they are looked at.
+    xs = range(cols - 1, -1, -1) if line.default != BLANK else \
+        sorted((x for x in line if x < cols), reverse=True)
+    for x in xs:
+        if line[x] != BLANK:
             return x
     return -1
 
@@ -103,7 +117,7 @@ def row_cells(line, cols: int):
     for x in range(last_used(line, cols) + 1):
         if x <= covered:
             continue
-        cell = line.get(x, BLANK)
+        cell = line[x]
         data = cell.data
         if not data:
             yield cell._replace(data=" "), x, False
@@ -145,8 +159,8 @@ def paint_rows(out: list, buffer, cols: int, rows: int) -> None:
     current = None
     for y in range(rows):
         out.append(f"\x1b[{y + 1}H")
-        line = buffer.get(y)
-        last = last_used(line, cols) if line else -1
+        line = buffer_row(buffer, y)
+        last = last_used(line, cols)
         x = 0
         if last >= 0:
             cells = [line[i] for i in range(last + 1)]
@@ -179,10 +193,10 @@ def place_cursor(out: list, grid, buffer, x: int, y: int, origin_top: int) -> No
     if x < cols:
         out.append(f"\x1b[{y - origin_top + 1};{x + 1}H")
         return
-    line = buffer.get(y) or {}
+    line = buffer_row(buffer, y)
     x = cols - 1
-    cell = line.get(x, BLANK)
-    if not cell.data and x > 0 and is_wide(line.get(x - 1, BLANK).data):
+    cell = line[x]
+    if not cell.data and x > 0 and is_wide(line[x - 1].data):
         x -= 1
         cell = line[x]
     out.append(f"\x1b[{y - origin_top + 1};{x + 1}H")
@@ -220,9 +234,9 @@ def last_character(out: list, buffer, cols: int, rows: int, char: str) -> None:
     """
     width = 2 if is_wide(char) else 1
     for y in range(rows - 1, -1, -1):
-        line = buffer.get(y) or {}
+        line = buffer_row(buffer, y)
         for x in range(cols - width + 1):
-            cells = [line.get(x + i, BLANK) for i in range(width)]
+            cells = [line[x + i] for i in range(width)]
             if all(c.data == " " and c[3:] == BLANK[3:] and c[1:3] == cells[0][1:3]
                    for c in cells):
                 out.append(f"\x1b[{y + 1};{x + 1}H\x1b[0m{char}\x1b[{y + 1};{x + 1}H"
@@ -334,7 +348,7 @@ def _visible_rows(screen):
     """The rows of the active screen as lists of (cell, columns taken), hidden text blanked."""
     grid = screen._grid
     for y in range(grid.lines):
-        line = grid.buffer.get(y) or {}
+        line = buffer_row(grid.buffer, y)
         row = []
         for cell, _x, _risky in row_cells(line, grid.columns):
             if cell.hidden:

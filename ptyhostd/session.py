@@ -39,10 +39,20 @@ READS_PER_WAKE = 4
 # The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
 # the host's one thread): past this, it is rebuilt from the newest bytes instead.
 SCREEN_CATCH_UP = 256 * 1024
+# A model whose output costs more than screenwork.WORK_BUDGET restarts from this many
+# of the newest bytes.
+SCREEN_RESTART = 16 * 1024
+MAX_RESIZES = 64  # resizes kept for a model not yet fed up to them
 # A terminal client this far behind is repainted rather than sent what it missed.
 RESYNC_AFTER = 1 << 20
 
 EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
+_TASKS: set = set()  # resync repaints under way (a task must be referenced to run)
+
+
+def painted(screen) -> tuple:
+    """(repaint bytes, then the held tail) of a model: run in the screen pool."""
+    return screen.repaint() + screen.pending, screen.cols, screen.rows
 
 
 def unit_name(sid: str) -> str:
@@ -62,6 +72,7 @@ class Attachment:
         self.pos = session.ring.head
         self.paused = False
         self.token = None  # its numbered input stream (inputseq.Token), if it has one
+        self.resyncing = False
 
     def push(self, start: int, data: bytes) -> None:
         """Live bytes at ring offset ``start``; sent only if the client is in step."""
@@ -70,20 +81,35 @@ class Attachment:
         self.conn.write_raw(protocol.encode_output(data))
         self.pos = start + len(data)
 
-    def repaint(self) -> None:
+    async def repaint(self) -> None:
         """Send the current screen; live output continues from the offset after it."""
-        painted, self.pos = self.session.repaint()
+        painted, self.pos = await self.session.repaint()
         for i in range(0, len(painted), protocol.MAX_DATA):
             self.conn.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
+
+    async def _resync(self) -> None:
+        try:
+            await self.repaint()
+        finally:
+            self.resyncing = False
+        if not self.conn.closed:
+            self.catch_up()
 
     def catch_up(self) -> None:
         """Send what the ring holds past ``pos`` until the client's buffer is full again."""
         ring = self.session.ring
+        if self.resyncing:
+            return  # a repaint is being made: it sets ``pos``, then catches up
         if self.repaints and ring.head - self.pos > RESYNC_AFTER:
             # Far behind (a client that stopped reading): the current screen replaces
-            # the bytes it missed, instead of megabytes of stale frames.
-            self.repaint()
-        elif self.pos < ring.tail:
+            # the bytes it missed, instead of megabytes of stale frames.  Made off the
+            # loop; until it is sent, live bytes are not (``pos`` is behind them).
+            self.resyncing = True
+            task = asyncio.get_running_loop().create_task(self._resync())
+            _TASKS.add(task)
+            task.add_done_callback(_TASKS.discard)
+            return
+        if self.pos < ring.tail:
             self.pos = ring.tail  # a raw reader resumes at the oldest byte held
         while not self.paused and self.pos < ring.head:
             chunk = ring.read(self.pos, min(ring.head, self.pos + protocol.MAX_DATA))
@@ -127,6 +153,9 @@ class Session:
         # from the ring; ``screen_pos`` is the ring offset it has been fed up to.
         self.screen: Optional[Screen] = None
         self.screen_pos = 0
+        self._resizes: list[tuple[int, int, int]] = []  # (ring offset, cols, rows) to apply
+        self._screen_lock = asyncio.Lock()
+        self.screen_budget_hits = 0
         self.last_output = 0.0
         self.size_owner: Optional[Attachment] = None  # the client that typed last
         self.input = InputQueue(self)  # what its writers sent that the pty has not taken
@@ -236,34 +265,87 @@ class Session:
 
     # --- the terminal model -------------------------------------------------------------
 
-    def feed_screen(self, limit: int) -> None:
-        """Feed the model up to ``limit`` more bytes of what the ring holds."""
-        ring = self.ring
-        if self.screen is None or self.screen_pos < ring.tail \
-                or ring.head - self.screen_pos > SCREEN_CATCH_UP:
-            # Imported here: the terminal model (pyte) is not needed to start serving,
-            # and its import is a fifth of the host's start-up.
-            from .screen import Screen
-            self.screen = Screen(self.cols, self.rows)
-            self.screen_pos = max(ring.tail, ring.head - SCREEN_CATCH_UP)
-        end = min(ring.head, self.screen_pos + limit)
-        if end > self.screen_pos:
-            self.screen.feed(ring.read(self.screen_pos, end))
-            self.screen_pos = end
+    def _new_screen(self, start: int) -> None:
+        """A fresh model, to be fed from ring offset ``start``, at the session's size."""
+        # Imported here: the terminal model (pyte) is not needed to start serving, and
+        # its import is a fifth of the host's start-up.
+        from .screen import Screen
+        self.screen = Screen(self.cols, self.rows)
+        self.screen_pos = max(self.ring.tail, start)
+        self._resizes.clear()  # made at the size the session has now
 
-    def repaint(self) -> tuple[bytes, int]:
+    def _plan(self, limit: int) -> list:
+        """The next ``limit`` bytes of output for the model, with the resizes among them
+        at the offsets where they happened; advances ``screen_pos`` past them."""
+        ring, pos = self.ring, self.screen_pos
+        end = min(ring.head, pos + limit)
+        plan: list = []
+        while self._resizes and self._resizes[0][0] <= end:
+            at, cols, rows = self._resizes.pop(0)
+            if at > pos:
+                plan.append(ring.read(pos, at))
+                pos = at
+            plan.append((cols, rows))
+        if end > pos:
+            plan.append(ring.read(pos, end))
+        self.screen_pos = max(pos, end)
+        return plan
+
+    async def screen_call(self, what: Optional[Callable] = None,
+                          limit: int = SCREEN_CATCH_UP):
+        """Feed the model up to ``limit`` more bytes of what the ring holds, then return
+        ``what(model)`` and the ring offset the model has seen.  All of it runs in the
+        screen pool (see screenwork.py), one call at a time per session, so the model is
+        never touched by two threads at once."""
+        from . import screenwork
+        async with self._screen_lock:
+            ring = self.ring
+            if self.screen is None or self.screen_pos < ring.tail \
+                    or ring.head - self.screen_pos > SCREEN_CATCH_UP:
+                self._new_screen(ring.head - SCREEN_CATCH_UP)
+            screen = self.screen
+            if not await screenwork.run(screenwork.run_plan, screen, self._plan(limit)):
+                # Output that costs more than the budget to model: start again from the
+                # newest bytes (a flood of text shows right; a bomb, its last frame).
+                self.screen_budget_hits += 1
+                if self.screen_budget_hits == 1 or self.screen_budget_hits % 100 == 0:
+                    log.warning("session %s: its output costs more than the terminal model's "
+                                "budget to follow; the model restarts from the last %d bytes "
+                                "(%d times)", self.id, SCREEN_RESTART, self.screen_budget_hits,
+                                extra={"CLOWDER_SESSION": self.id,
+                                       "CLOWDER_CAUSE": "screen-budget"})
+                self._new_screen(ring.head - SCREEN_RESTART)
+                screen = self.screen
+                # Over budget again, the model stays as far as it got: ``_plan`` has moved
+                # ``screen_pos`` past these bytes either way, so they are not retried.
+                await screenwork.run(screenwork.run_plan, screen, self._plan(SCREEN_RESTART))
+            result = await screenwork.run(screenwork.render, screen, what)
+            return result, self.screen_pos
+
+    def screen_busy(self) -> bool:
+        """Whether a call on the model is running or waiting."""
+        return self._screen_lock.locked()
+
+    async def repaint(self) -> tuple[bytes, int]:
         """VT bytes that show the session's current screen, and the ring offset after them.
 
         What the model holds back (a half-received sequence) is sent after the repaint,
         so the live bytes that follow complete it.
         """
-        self.feed_screen(SCREEN_CATCH_UP)
-        return self.screen.repaint() + self.screen.pending, self.screen_pos
+        (vt, _, _), pos = await self.screen_call(painted)
+        return vt, pos
 
     def resize_screen(self, cols: int, rows: int) -> None:
-        if self.screen is not None:
-            self.feed_screen(SCREEN_CATCH_UP)  # bytes before the resize, at the old size
-            self.screen.resize(cols, rows)
+        """Note a resize at the current end of output: the model applies it there (the
+        bytes before it at the old size) when it is next fed."""
+        if self.screen is None:
+            return
+        at = self.ring.head
+        if self._resizes and self._resizes[-1][0] == at:
+            self._resizes[-1] = (at, cols, rows)  # no output between: only the last counts
+        else:
+            self._resizes.append((at, cols, rows))
+            del self._resizes[:-MAX_RESIZES]
 
     # --- the end ------------------------------------------------------------------------
 

@@ -263,11 +263,11 @@ def test_to_dict_is_plain_json():
     (agent("env: {A: }"),
      "clowder.yaml:5: agents[0].env.A: expected a string or a number, got null"),
     (agent("size: 120*40"), "clowder.yaml:5: agents[0].size: must be COLSxROWS, "
-     "each 1..10000 (e.g. 120x40), got '120*40'"),
+     "each 1..1000 and at most 250000 cells (e.g. 120x40), got '120*40'"),
     (agent("size: 0x40"),  # YAML reads this as hexadecimal 64
      "clowder.yaml:5: agents[0].size: expected COLSxROWS, e.g. 120x40, got integer '0x40'"),
     (agent("size: 20000x40"), "clowder.yaml:5: agents[0].size: must be COLSxROWS, "
-     "each 1..10000 (e.g. 120x40), got '20000x40'"),
+     "each 1..1000 and at most 250000 cells (e.g. 120x40), got '20000x40'"),
     (agent("shells: {name: s}"),
      "clowder.yaml:5: agents[0].shells: expected a list, got a mapping"),
     (agent("shells:\n      - split: right"),

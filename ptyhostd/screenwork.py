@@ -1,0 +1,55 @@
+"""The terminal models' work, done off the event loop, in bounded amounts.
+
+Feeding a model and rendering it (a snapshot, a repaint) is pure Python and can take a
+second at the largest size (a repaint of a 500x500 screen of distinct colours: ~0.3 s;
+a full coloured screen erase, many times over in a few KiB of output).  On the loop
+that forwards every session's bytes that froze every session, so the work runs in a
+small pool of worker threads instead: the loop only copies bytes out of the ring and
+hands them over, and the GIL's switch interval (5 ms) bounds what the loop waits.
+
+A feed is also bounded in work, not only in bytes: escape sequences make a few bytes
+cost a pass over a row or the whole screen (``ESC # 8``, ``CSI 9999 b``, scrolling), so
+a catch-up stops after ``WORK_BUDGET`` cells and rows touched (``Grid.work``).  What it
+skipped is then lost to the model (the session rebuilds it from the newest bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Union
+
+# Two threads: one session's costly catch-up does not hold up every other's snapshot.
+POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="screen")
+# Cells and rows one catch-up may touch: ~1-2 s of pyte on this machine at its busiest.
+# Ordinary output stays far below it (256 KiB of text costs ~0.3 M; a TUI redrawing a
+# 500x500 screen in it, ~1 M).
+WORK_BUDGET = 4_000_000
+SLICE = 2048  # bytes fed between budget checks: ~0.3 s at the worst rate measured
+
+Step = Union[bytes, tuple]  # output to feed, or (cols, rows) to resize to
+
+
+def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
+    """Feed ``plan`` to ``screen`` (in a worker thread); False if it stopped at the budget."""
+    grid = screen._grid
+    start = grid.work
+    for step in plan:
+        if isinstance(step, tuple):
+            screen.resize(*step)
+            continue
+        for i in range(0, len(step), SLICE):
+            screen.feed(step[i:i + SLICE])
+            if grid.work - start > budget:
+                return False
+    return True
+
+
+async def run(fn: Callable, *args):
+    """``fn(*args)`` in the screen pool."""
+    return await asyncio.get_running_loop().run_in_executor(POOL, fn, *args)
+
+
+def render(screen, what: Optional[Callable]):
+    """What a request wants from the model, computed in the worker thread."""
+    return what(screen) if what is not None else None
