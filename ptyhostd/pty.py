@@ -83,6 +83,16 @@ def valid_size(cols: int, rows: int) -> bool:
     return 1 <= cols <= MAX_COLS and 1 <= rows <= MAX_ROWS and cols * rows <= MAX_CELLS
 
 
+def fit_size(cols: int, rows: int) -> tuple[int, int]:
+    """The largest size within the cap that fits in a terminal of ``cols`` x ``rows``
+    (a client on a wider terminal asks for this, and the program draws in its corner,
+    as in a tmux pane smaller than the terminal).  0 stays 0: no size known."""
+    if cols <= 0 or rows <= 0:
+        return cols, rows
+    cols = min(cols, MAX_COLS)
+    return cols, min(rows, MAX_ROWS, MAX_CELLS // cols)
+
+
 def size_problem(cols: int, rows: int) -> str:
     """Why a size is refused, for the client's error."""
     return (f"invalid size {cols}x{rows}: at most {MAX_COLS} columns, {MAX_ROWS} rows "

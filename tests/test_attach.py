@@ -210,6 +210,22 @@ def test_client_size_reaches_session_and_so_does_a_resize(host, attach):
     assert a.finish() == 0
 
 
+def test_a_terminal_wider_than_the_cap_attaches_at_the_cap(host, attach):
+    """An outer terminal over the host's size cap (ptyhostd.pty.MAX_CELLS) attaches,
+    and resizes, at the largest size that fits in it instead of being refused."""
+    sid = shell(host, size="80x24")
+    a = attach(sid, cols=1500, rows=400)
+    ready(a)
+    assert (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (1000, 250)
+    a.set_size(600, 600)
+    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (600, 416), 10,
+             "the resize past the cap to reach the session, fitted")
+    a.type(b"stty size\r")
+    a.expect(b"416 600\r", what="stty size in the session: the fitted size")
+    a.type(DETACH)
+    assert a.finish() == 0
+
+
 @pytest.mark.parametrize("key", ["default", "^]"])
 def test_detach_key_leaves_session_running(host, attach, key):
     sid = shell(host)

@@ -12,6 +12,7 @@ import time
 import tty
 
 from ptyhostd import protocol
+from ptyhostd.pty import fit_size
 
 from ..client import (Client, ClientError, NotAnswering, RequestFailed,
                       default_control_socket)
@@ -48,8 +49,9 @@ UNACKED_HIGH = 2 << 20
 
 
 def _size() -> tuple[int, int]:
+    """The outer terminal's size, cut to what a session may have (ptyhostd.pty)."""
     try:
-        return os.get_terminal_size(sys.stdin.fileno())
+        return fit_size(*os.get_terminal_size(sys.stdin.fileno()))
     except OSError:
         return 0, 0
 

@@ -4,6 +4,7 @@ import os
 import re
 
 from ptyhostd import protocol
+from ptyhostd.pty import fit_size
 
 from ..client import Client
 from ..transport import Remote
@@ -49,7 +50,7 @@ def run(args) -> int:
             args.parser.error(str(exc))
     else:
         try:
-            cols, rows = os.get_terminal_size(0)
+            cols, rows = fit_size(*os.get_terminal_size(0))
         except OSError:
             cols, rows = 80, 24
     if isinstance(args.socket, Remote):
