@@ -302,10 +302,10 @@ async def load_isolated(path: str, timeout: float = PARSE_TIMEOUT) -> Config:
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
-        how = (f"was killed by signal {-proc.returncode}" if proc.returncode < 0
+        how = (f"was killed by signal {-proc.returncode} (a crash, or past its "
+               f"{PARSE_MEMORY >> 20} MiB)" if proc.returncode < 0
                else f"failed with exit status {proc.returncode}")
-        raise ConfigError([f"{path}: the parser {how} (at most "
-                           f"{PARSE_MEMORY >> 20} MiB of memory)"])
+        raise ConfigError([f"{path}: the parser {how}"])
     if "errors" in answer:
         raise ConfigError(answer["errors"])
     return from_dict(answer["config"])
@@ -323,6 +323,8 @@ def _worker(path: str) -> None:
         answer = {"errors": exc.errors}
     except MemoryError:
         answer = {"errors": [f"{path}: needs more than {PARSE_MEMORY >> 20} MiB to parse"]}
+    except Exception as exc:  # a parser bug: still the file's problem, said as such
+        answer = {"errors": [f"{path}: the parser failed ({type(exc).__name__}: {exc})"]}
     sys.stdout.write(json.dumps(answer))
 
 

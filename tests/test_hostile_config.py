@@ -145,7 +145,8 @@ def test_status_answers_while_a_slow_file_is_parsed(host, tidy):
         took, rep = timed_status(host)
         slowest = max(slowest, took)
         answers += 1
-        if any("more than 1000 items" in p for p in rep.problems):
+        # Refused by its count, or (on a machine loaded enough) by the time cap.
+        if any("more than 1000 items" in p or "took longer" in p for p in rep.problems):
             break
     else:
         pytest.fail("the slow file's problem was never reported")
