@@ -11,11 +11,16 @@ being broken.  Real git on repositories in tmp_path; only the stream is a list.
 from __future__ import annotations
 
 import asyncio
+import grp
 import os
+import pwd
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
+from conftest import ensure_user, under_systemd
 from controld import vcs
 from ptyhostd import protocol as P
 
@@ -196,3 +201,48 @@ def test_too_many_filter_drivers_are_refused(repo, tmp_path):  # noqa: F811
     answers = _answers(repo)
     assert not marker.exists()
     assert all(isinstance(a, P.Error) and a.code == "unsafe-config" for a in answers), answers
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not under_systemd(),
+                    reason="makes a second user: only inside a test instance, as root")
+def test_git_runs_as_the_owner_with_the_owners_groups(repo, monkeypatch):  # noqa: F811
+    """Run as root in bob's worktree, every git is bob: his uid, his primary group and his
+    groups (clowder among them), never the directory's group (root's here)."""
+    try:
+        grp.getgrnam("clowder")
+    except KeyError:  # as install-units makes it, when no host fixture ran before
+        subprocess.run(["groupadd", "--system", "clowder"], check=True)
+    uid = ensure_user("bob", 2002, "clowder")
+    pw = pwd.getpwnam("bob")
+    base = tempfile.mkdtemp(prefix="clowder-vcs-owner-")
+    try:
+        os.chmod(base, 0o755)
+        owned = os.path.join(base, "repo")
+        shutil.copytree(repo, owned, symlinks=True)
+        for dirpath, dirnames, filenames in os.walk(owned):
+            for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+                os.lchown(name, uid, 0)
+        ids = os.path.join(base, "ids")
+        open(ids, "w").close()
+        os.chmod(ids, 0o666)
+        bindir = os.path.join(base, "bin")
+        os.mkdir(bindir)
+        real = shutil.which("git")
+        with open(os.path.join(bindir, "git"), "w") as f:
+            f.write(f'#!/bin/sh\necho "$(id -u) $(id -g) $(id -G)" >> {ids}\n'
+                    f'exec {real} "$@"\n')
+        os.chmod(os.path.join(bindir, "git"), 0o755)
+        os.chmod(bindir, 0o755)
+        monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+        answers = _answers(owned)
+        assert [getattr(a, "kind", a) for a in answers] == \
+            ["status", "diff", "diff", "diff", "log"], answers
+        want_groups = set(os.getgrouplist("bob", pw.pw_gid))
+        assert grp.getgrnam("clowder").gr_gid in want_groups
+        runs = [line.split() for line in open(ids).read().splitlines()]
+        assert len(runs) >= len(REQUESTS) * 2, runs  # the probe and the command, each time
+        for run_ in runs:
+            assert (int(run_[0]), int(run_[1])) == (uid, pw.pw_gid), run_
+            assert {int(g) for g in run_[2:]} == want_groups, run_
+    finally:
+        shutil.rmtree(base)
