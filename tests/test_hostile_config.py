@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import wait_for
+from hostile import Memory
 from test_control import agent_yaml, control  # noqa: F401 (control is a fixture)
 from test_ending import timed_status
 
@@ -43,6 +44,11 @@ def _write(control, case: str) -> str:  # noqa: F811
         os.makedirs(path)
         control._own(path)
         return "Is a directory"
+    if case == "unreadable":
+        control.write_config("agents: []\n")
+        os.chown(path, 0, 0)
+        os.chmod(path, 0o600)
+        return "Permission denied"
     if case == "fifo":
         os.mkfifo(path)
         control._own(path)
@@ -93,9 +99,11 @@ def tidy(control):  # noqa: F811
 CASES = ["deep", "deep-block", "directory", "fifo", "huge", "merge-bomb", "not-utf8"]
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + ["unreadable"])
 def test_bad_configuration_at_reload_and_at_start(host, tidy, case):
     control = tidy
+    if case == "unreadable" and host.scope == "system":
+        pytest.skip("root reads any file: EACCES needs the user scope")
     control.write_config("agents:\n" + agent_yaml(
         "keep", "sh -c 'exec sleep 100000'", control.workdir))
     before = control.wait_running(["keep"])["keep"]
@@ -138,6 +146,7 @@ def test_status_answers_while_a_slow_file_is_parsed(host, tidy):
     agent = "  - name: a{i}\n    command: [x, y, z]\n    cwd: /w\n    env: {{A: b, C: d}}\n"
     with open(control.config, "w") as f:
         f.write("agents:\n" + "".join(agent.format(i=i % 1000) for i in range(MiB // 72)))
+    memory = Memory(int(host.show(UNIT, "MainPID")["MainPID"]))
     host.systemctl("reload", UNIT)
     slowest, answers = 0.0, 0
     deadline = time.monotonic() + 60
@@ -152,6 +161,9 @@ def test_status_answers_while_a_slow_file_is_parsed(host, tidy):
         pytest.fail("the slow file's problem was never reported")
     assert answers >= 5, f"only {answers} status answers while the file was parsed"
     assert slowest < 1.0, f"a status took {slowest:.2f} s during the parse"
+    growth = memory.stop()
+    print(f"clowder-control peak RSS growth parsing 1 MiB: {growth >> 10} KiB")
+    assert growth < 16 * MiB, f"clowder-control grew {growth >> 20} MiB for a 1 MiB file"
     assert control.agents()["keep"]["pid"] == before["pid"]
 
 
