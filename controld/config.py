@@ -72,6 +72,7 @@ MAX_MERGED = 100_000
 MAX_AGENTS = 1000
 MAX_SHELLS = 32
 MAX_ENV = 1000
+MAX_ERRORS = 50  # messages reported for one file
 PARSE_TIMEOUT = 15.0  # seconds the parsing process may take (1 MiB: 2-5 s measured)
 PARSE_MEMORY = 1 << 30  # bytes of address space it may use
 MAX_ANSWER = 4 << 20  # bytes of validated configuration a daemon takes from it
@@ -241,7 +242,10 @@ def parse(text: str, path: str = "<string>") -> Config:
     config = checker.config(root)
     if checker.errors:
         lines = sorted(checker.errors.items(), key=lambda item: item[1])  # stable: by line
-        raise ConfigError([message for message, _ in lines])
+        messages = [message for message, _ in lines[:MAX_ERRORS]]
+        if len(lines) > MAX_ERRORS:  # status and the journal carry them: keep it short
+            messages.append(f"{path}: ... and {len(lines) - MAX_ERRORS} more problems")
+        raise ConfigError(messages)
     return config
 
 
@@ -289,7 +293,6 @@ async def load_isolated(path: str, timeout: float = PARSE_TIMEOUT) -> Config:
         out = await asyncio.wait_for(talk(), timeout)
     except (BrokenPipeError, ConnectionResetError):
         out = b""  # the parser died before reading it all: its exit status says why
-        await proc.wait()
     except asyncio.TimeoutError:
         raise ConfigError([f"{path}: parsing took longer than {timeout:g} s and was "
                            "stopped"]) from None

@@ -222,3 +222,12 @@ def test_counts_are_limited(tmp_path):
     path.write_text("agents:\n  - name: a\n    command: x\n    cwd: /w\n    shells:\n" + "".join(
         f"      - {{name: s{i}, split: right}}\n" for i in range(config.MAX_SHELLS + 1)))
     assert f"more than {config.MAX_SHELLS} items" in _isolated(str(path))
+
+
+def test_a_file_of_many_errors_is_reported_in_a_few_lines(tmp_path):
+    from controld import config
+    path = tmp_path / "clowder.yaml"
+    path.write_text("agents:\n" + "".join(f"  - {{name: a{i}, cwd: rel}}\n" for i in range(900)))
+    problem = _isolated(str(path)).splitlines()
+    assert len(problem) == config.MAX_ERRORS + 1, problem[-3:]
+    assert problem[-1].endswith("more problems"), problem[-1]
