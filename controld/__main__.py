@@ -44,17 +44,24 @@ def _parse(argv):
     return args
 
 
-def load_config(path: str, sup: Supervisor):
-    """The configuration, or None (with the problem recorded) if it cannot be used."""
-    if not os.path.exists(path):
-        return configuration.Config(version=1, agents=())
+async def load_config(path: str):
+    """(the configuration, "") or (None, the problem) if it cannot be used.
+    Parsed in a separate process with a time cap (config.load_isolated): whatever the
+    file is, this daemon keeps serving, and a file that cannot be used is a problem in
+    ``status`` and the journal, never a reason to stop."""
     try:
-        return configuration.load(path)
+        return await configuration.load_isolated(path), ""
+    except FileNotFoundError:
+        return configuration.Config(version=1, agents=()), ""
     except configuration.ConfigError as exc:
-        sup.problems.append(f"configuration not applied: {exc}")
-        log.error("configuration %s not applied, keeping what runs: %s", path, exc,
-                  extra={"CLOWDER_CAUSE": "config-error"})
-        return None
+        problem = str(exc)
+    except Exception as exc:  # a bug here must not take the daemon down with it
+        log.exception("configuration %s: unexpected failure while loading", path,
+                      extra={"CLOWDER_CAUSE": "config-error"})
+        problem = f"{path}: cannot be loaded ({type(exc).__name__}: {exc})"
+    log.error("configuration %s not applied, keeping what runs: %s", path, problem,
+              extra={"CLOWDER_CAUSE": "config-error"})
+    return None, f"configuration not applied: {problem}"
 
 
 async def _serve(args) -> None:
@@ -80,7 +87,9 @@ async def _serve(args) -> None:
         except HostError as exc:
             return {"reachable": False, "answering": False, "error": str(exc)}
 
-    cfg = load_config(args.config, sup)
+    cfg, problem = await load_config(args.config)
+    if problem:
+        sup.problems.append(problem)
     await sup.apply(cfg, "clowder-control started")
     server = ControlServer(sup, host_status)
     listeners = [socket.socket(fileno=fd) for fds in fdstore.inherited().values() for fd in fds]
@@ -98,11 +107,25 @@ async def _serve(args) -> None:
         sock.setblocking(False)
         await asyncio.start_unix_server(server.handle, sock=sock)
 
+    reloading = asyncio.Lock()  # one reload at a time, in the order of the signals
+    reloads: set[asyncio.Task] = set()
+
+    async def run_reload() -> None:
+        async with reloading:
+            try:
+                cfg, problem = await load_config(args.config)
+                sup.problems.clear()
+                if problem:
+                    sup.problems.append(problem)
+                await sup.apply(cfg, "configuration reloaded")
+            except Exception:
+                log.exception("reloading the configuration failed; keeping what runs",
+                              extra={"CLOWDER_CAUSE": "config-error"})
+
     def reload() -> None:
-        async def run():
-            sup.problems.clear()
-            await sup.apply(load_config(args.config, sup), "configuration reloaded")
-        loop.create_task(run())
+        task = loop.create_task(run_reload())
+        reloads.add(task)  # held, so it is neither collected nor left unretrieved
+        task.add_done_callback(reloads.discard)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)

@@ -2,16 +2,22 @@
 
 One VcsService serves one "vcs" stream.  git runs with a fixed argv (no shell, no option
 chosen by the client; a client path only ever follows ``--`` as a ``:(literal)`` pathspec,
-after paths.check and a resolution beneath the root).  A worktree's own configuration
-must not make git run a command: ``core.fsmonitor=false``, ``core.hooksPath=/dev/null``,
-``log.showSignature=false``, ``--no-ext-diff`` (diff.external, diff drivers),
-``--no-textconv``, no pager; ``filter.*`` drivers (the clean filter git status and diff
-run) are read from the configuration and emptied through GIT_CONFIG_KEY_n.  The environment is
-rebuilt from nothing (no GIT_* of the daemon), with GIT_CONFIG_NOSYSTEM=1.  When the
-daemon runs as root, git runs as the owner of the worktree, so whatever git does is done
-with that user's rights.  Each run is killed after TIMEOUT seconds, its output is bounded,
-and status and diff are limited to the agent's directory (``-- .``), their paths
-relative to it, like the file service's.
+after paths.check and a resolution beneath the root).  A worktree's own configuration,
+whatever its size and wherever it includes from, must not make git run a command
+(docs/design.md, "What git could run", lists every way and how each is closed): every
+setting that names a command is overridden at command-line scope (``_OVERRIDES``), no
+protocol is allowed (``GIT_ALLOW_PROTOCOL`` beats a repository's
+``protocol.<name>.allow``: no lazy fetch, no ssh, no upload-pack command), diffs run with
+``--no-ext-diff --no-textconv``, and the ``filter.*`` drivers, which have no switch, are
+asked of git itself (``git config --list``, which runs nothing, over the whole
+configuration with its includes, read to its end however long) and each is emptied; a
+configuration whose drivers cannot all be emptied is refused.  The environment is rebuilt
+from nothing (no GIT_* of the daemon), with no system or global configuration.  When the
+daemon runs as root, git runs as the owner of the worktree (uid, primary group and
+groups from the password database), so whatever git does is done with that user's
+rights.  Each run is killed after TIMEOUT seconds, its output is bounded, and status and
+diff are limited to the agent's directory (``-- .``), their paths relative to it, like
+the file service's.
 """
 
 from __future__ import annotations
@@ -34,9 +40,23 @@ MAX_ENTRIES = 10_000
 MAX_LOG = 1000
 MAX_PATH = 64 * 1024
 _ENTRY_BYTES = protocol.MAX_DATA - 64 * 1024  # the entries' JSON in one report
-_GIT = ("git", "--no-pager", "--no-optional-locks", "-c", "core.fsmonitor=false",
-        "-c", "core.hooksPath=/dev/null", "-c", "log.showSignature=false",
-        "-c", "core.pager=cat", "-c", "protocol.allow=never")
+MAX_FILTER_BYTES = 16 * 1024  # filter driver names' bytes the service will empty
+MAX_KEY = 4096  # a configuration key longer than this is never a driver we can empty
+NOGROUP = 65534
+_GIT = ("git", "--no-pager", "--no-optional-locks")
+# Settings that name a command or could lead to one, at command-line scope (it beats the
+# repository's, its includes' and the worktree's).  Closed by other means, and so not
+# here: filter.<driver>.* (below, by name), diff.<driver>.command and diff.external
+# (--no-ext-diff), diff.<driver>.textconv (--no-textconv), remote.<name>.uploadpack,
+# core.sshCommand, core.gitProxy and remote helpers (no protocol is allowed).
+_OVERRIDES = (
+    ("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null"), ("core.pager", "cat"),
+    ("core.sshCommand", "false"), ("core.askPass", "false"),
+    ("core.alternateRefsCommand", ""), ("credential.helper", ""),
+    ("diff.external", ""), ("diff.submodule", "short"), ("status.submoduleSummary", "false"),
+    ("submodule.recurse", "false"), ("log.showSignature", "false"),
+    ("gpg.program", "false"), ("gpg.ssh.program", "false"), ("gpg.x509.program", "false"),
+    ("protocol.allow", "never"), ("gc.auto", "0"), ("maintenance.auto", "false"))
 
 # A child of clowder-control's logger, so its journal handler serves these lines too.
 log = logging.getLogger("clowder-control.vcs")
@@ -95,7 +115,7 @@ class VcsService:
                                       truncated=cut)
         if isinstance(msg, protocol.VcsDiff):
             argv = ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--relative",
-                    "--ignore-submodules=dirty"]
+                    "--ignore-submodules=dirty", "--submodule=short"]
             if msg.staged:
                 argv.append("--cached")
             argv += ["--", f":(literal){pathspec}" if pathspec else "."]
@@ -147,34 +167,63 @@ class _Git:
         """Decide the user and environment, and find the filter drivers to disable."""
         st = await asyncio.to_thread(os.stat, self.root)
         uid = os.geteuid()
+        home = "/"
         if uid == 0 and st.st_uid != 0:
+            # The owner's own groups, not the directory's group: root may have given
+            # the directory a group its owner is not in.
             uid = st.st_uid
-            self._user = {"user": st.st_uid, "group": st.st_gid, "extra_groups": []}
-        try:
-            home = pwd.getpwuid(uid).pw_dir
-        except KeyError:
-            home = "/"
+            try:
+                pw = pwd.getpwuid(uid)
+                gid, groups, home = pw.pw_gid, os.getgrouplist(pw.pw_name, pw.pw_gid), \
+                    pw.pw_dir
+            except KeyError:
+                gid, groups = NOGROUP, []
+            self._user = {"user": uid, "group": gid, "extra_groups": groups}
+        else:
+            try:
+                home = pwd.getpwuid(uid).pw_dir
+            except KeyError:
+                pass
         self._env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
-                     "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
-                     "GIT_PAGER": "cat", "PAGER": "cat", "GIT_OPTIONAL_LOCKS": "0"}
-        # Reading configuration runs nothing; it names the filters whose commands
-        # status and diff would otherwise run on worktree files.
-        out, _ = await self.run(["config", "--name-only", "-z", "--get-regexp",
-                                 r"^filter\."], 1 << 20, config_probe=True)
-        names = {k.split(".", 1)[1].rpartition(".")[0]
-                 for k in out.decode("utf-8", "surrogateescape").split("\0") if "." in k}
+                     "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1",
+                     "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1",
+                     # An empty list: no transport at all, whatever protocol.<name>.allow
+                     # the repository sets (a partial clone's lazy fetch stops here).
+                     "GIT_ALLOW_PROTOCOL": "", "GIT_NO_LAZY_FETCH": "1",
+                     "GIT_SSH_COMMAND": "false", "GIT_ASKPASS": "false",
+                     "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat",
+                     "GIT_OPTIONAL_LOCKS": "0"}
+        self._set_config(_OVERRIDES)
+        names = await self._filter_drivers()
         # Through GIT_CONFIG_KEY_n rather than -c: a driver's name may hold a "=".
-        overrides = [(f"filter.{name}.{key}", "") for name in sorted(names)
-                     for key in ("clean", "smudge", "process")]
-        overrides += [(f"filter.{name}.required", "false") for name in sorted(names)]
+        self._set_config([*_OVERRIDES,
+                          *[(f"filter.{name}.{key}", "") for name in sorted(names)
+                            for key in ("clean", "smudge", "process")],
+                          *[(f"filter.{name}.required", "false") for name in sorted(names)]])
+
+    def _set_config(self, overrides) -> None:
+        for key in [k for k in self._env if k.startswith("GIT_CONFIG_KEY_")
+                    or k.startswith("GIT_CONFIG_VALUE_")]:
+            del self._env[key]
         for n, (key, value) in enumerate(overrides):
             self._env[f"GIT_CONFIG_KEY_{n}"] = key
             self._env[f"GIT_CONFIG_VALUE_{n}"] = value
         self._env["GIT_CONFIG_COUNT"] = str(len(overrides))
 
+    async def _filter_drivers(self) -> set[str]:
+        """The names of every filter driver the whole configuration defines, asked of
+        git (reading configuration runs nothing) and read to the end of its answer,
+        however long, keeping only the names; FileError("unsafe-config") when they are
+        too many or too long to empty."""
+        scan = _DriverScan(self.root)
+        await self.run(["config", "--list", "--name-only", "-z"], 0, sink=scan.feed)
+        scan.feed(b"\0")  # a last key without its terminator
+        return scan.names
+
     async def run(self, args: list, limit: int, *, no_commits_ok: bool = False,
-                  config_probe: bool = False) -> tuple[bytes, bool]:
-        """(stdout up to ``limit`` bytes, whether it was cut); raises FileError."""
+                  sink=None) -> tuple[bytes, bool]:
+        """(stdout up to ``limit`` bytes, whether it was cut); raises FileError.  With
+        ``sink``, all of stdout goes to it instead, chunk by chunk."""
         argv = [*_GIT, "-C", self.root, *args]
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -187,7 +236,8 @@ class _Git:
         self._procs.add(proc)
         try:
             (out, cut), (err, _) = await asyncio.wait_for(asyncio.gather(
-                _drain(proc, proc.stdout, limit), _drain(None, proc.stderr, 64 * 1024)),
+                _drain(proc, proc.stdout, limit, sink),
+                _drain(None, proc.stderr, 64 * 1024)),
                 TIMEOUT)
             await asyncio.wait_for(proc.wait(), TIMEOUT)
         except asyncio.TimeoutError:
@@ -200,8 +250,6 @@ class _Git:
             self._procs.discard(proc)
         if cut or proc.returncode == 0:
             return bytes(out), cut
-        if config_probe and proc.returncode == 1:
-            return b"", False  # no key matched
         text = err.decode("utf-8", "replace").strip()
         if no_commits_ok and "does not have any commits" in text:
             return b"", False
@@ -211,15 +259,19 @@ class _Git:
         raise FileError("git-error", f"git {args[0]} in {self.root} failed: {first[:300]}")
 
 
-async def _drain(proc, stream, limit: int) -> tuple[bytearray, bool]:
+async def _drain(proc, stream, limit: int, sink=None) -> tuple[bytearray, bool]:
     """Read ``stream`` to its end, keeping ``limit`` bytes; past that git (``proc``) is
-    killed, or, without one (stderr), the rest is read and thrown away."""
+    killed, or, without one (stderr), the rest is read and thrown away.  With ``sink``
+    every chunk goes to it and nothing is kept."""
     buf = bytearray()
     cut = False
     while True:
         chunk = await stream.read(64 * 1024)
         if not chunk:
             return buf, cut
+        if sink is not None:
+            sink(chunk)
+            continue
         if not cut:
             buf += chunk
         if len(buf) > limit:
@@ -228,6 +280,48 @@ async def _drain(proc, stream, limit: int) -> tuple[bytearray, bool]:
             if proc is not None:
                 _kill(proc)  # more would be thrown away: no need to let git make it
                 return buf, cut
+
+
+class _DriverScan:
+    """Filter driver names from ``git config --list --name-only -z`` fed in chunks,
+    holding at most MAX_KEY bytes of a key and MAX_FILTER_BYTES of names."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.names: set[str] = set()
+        self._size = 0
+        self._part = bytearray()
+        self._long = False  # the current key is already longer than MAX_KEY
+
+    def feed(self, chunk: bytes) -> None:
+        *keys, rest = chunk.split(b"\0")
+        for key in keys:
+            self._part += key
+            self._key(bytes(self._part))
+            self._part.clear()
+            self._long = False
+        self._part += rest
+        if len(self._part) > MAX_KEY:
+            self._long = True
+            del self._part[MAX_KEY:]
+
+    def _key(self, key: bytes) -> None:
+        if not key.startswith(b"filter."):
+            return
+        if self._long:
+            raise self._refuse(f"a filter driver name longer than {MAX_KEY} bytes")
+        name = os.fsdecode(key[len(b"filter."):]).rpartition(".")[0]
+        if name and name not in self.names:
+            self.names.add(name)
+            self._size += len(name) + 16
+            if self._size > MAX_FILTER_BYTES:
+                raise self._refuse(f"filter drivers whose names add up to more than "
+                                   f"{MAX_FILTER_BYTES} bytes")
+
+    def _refuse(self, what: str) -> FileError:
+        return FileError("unsafe-config", f"{self.root}: the repository's configuration "
+                         f"defines {what}; the vcs service cannot disable them all, so "
+                         "it does not run git there")
 
 
 def _kill(proc) -> None:
