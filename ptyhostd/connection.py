@@ -43,6 +43,11 @@ class Connection(asyncio.Protocol):
         self._queued_bytes = 0  # of the requests in _queue
         self._worker: Optional[asyncio.Task] = None
         self._pauses: set[str] = set()  # why the client is not being read
+        # Set while the client reads what we write: the request worker waits on it, so
+        # a client that sends requests and never reads their replies stops being served
+        # (and, its request queue full, stops being read) instead of filling our memory.
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     # --- transport events --------------------------------------------------------------
 
@@ -109,13 +114,23 @@ class Connection(asyncio.Protocol):
         self._resume("input")
 
     def pause_writing(self) -> None:
+        # Past CLIENT_HIGH_WATER unsent: replies wait (the worker), attached output
+        # stops and later catches up from the ring (Attachment.paused).
+        self._writable.clear()
         if self.attachment is not None:
             self.attachment.paused = True
 
     def resume_writing(self) -> None:
+        self._writable.set()
+        self._resume("output")
         if self.attachment is not None:
             self.attachment.paused = False
             self.attachment.catch_up()
+
+    async def _drained(self) -> None:
+        """Return once the client has read enough of what we wrote (the low-water mark)."""
+        if not self._writable.is_set():
+            await self._writable.wait()
 
     # --- output ------------------------------------------------------------------------
 
@@ -153,6 +168,7 @@ class Connection(asyncio.Protocol):
     async def _work(self) -> None:
         """Handle queued requests one at a time, in order."""
         while True:
+            await self._drained()  # one reply at most beyond the high-water mark
             msg = await self._queue.get()
             self._queued_bytes -= _cost(msg)
             if self._queued_bytes <= REQUESTS_HIGH_WATER // 2:
@@ -210,7 +226,13 @@ class Connection(asyncio.Protocol):
             ring = self._session(msg.session).ring
             pos, head = ring.tail, ring.head
             while pos < head:
+                await self._drained()  # a chunk at a time: never the whole ring queued
+                # A slow reader of a busy session: the ring may have moved on meanwhile;
+                # go on from the oldest byte held, as an attached raw reader does.
+                pos = max(pos, ring.tail)
                 chunk = ring.read(pos, min(head, pos + P.MAX_DATA))
+                if not chunk:
+                    break
                 self.write_raw(P.encode_output(chunk))
                 pos += len(chunk)
             self.send(P.Ok())
@@ -312,7 +334,7 @@ class Connection(asyncio.Protocol):
             return
         self.attachment = att
         s.attachments.add(att)
-        att.paused = False
+        att.paused = not self._writable.is_set()  # the repaint may have filled the buffer
         att.catch_up()
 
     def _attached_input(self, msg: protocol.Message) -> None:
@@ -348,6 +370,10 @@ class Connection(asyncio.Protocol):
                     self.host.resize(s, msg.cols, msg.rows)
         except RequestError as exc:
             self.send(protocol.Error(message=str(exc), code=exc.code))
+            if not self._writable.is_set():
+                # Refusals answered inline (e.g. Input on a read-only attach) that the
+                # client does not read: stop reading it until it does.
+                self._pause("output")
 
     def _detach(self) -> None:
         if self.attachment is not None:
