@@ -100,7 +100,7 @@ async def _serve(args) -> None:
     for sock in listeners:
         Listener(loop, sock, lambda: asyncio.StreamReaderProtocol(
                      asyncio.StreamReader(), server.handle),
-                 daemon="clowder-control", unit="clowder-control.service")
+                 daemon="clowder-control", unit="clowder-control.service", logger=log)
 
     def reload() -> None:
         async def run():

@@ -36,13 +36,13 @@ FORWARD_CONNECT_TIMEOUT = 10.0
 # (acknowledgements, refusals of opens): past it we stop reading the client until it
 # reads.  It is well above what credit-bounded data can queue (WRITE_HIGH_WATER plus a
 # chunk a stream), so a client that reads and writes from one thread never deadlocks.
-WRITE_HIGH_WATER = 1 << 20
-OUT_BUDGET = WRITE_HIGH_WATER + P.MAX_STREAMS * P.STREAM_CHUNK + (4 << 20)
+WRITE_HIGH_WATER = 256 << 10
+OUT_BUDGET = WRITE_HIGH_WATER + P.MAX_STREAMS * P.STREAM_CHUNK + (1 << 20)
 # Received stream data that no service has consumed yet, over all streams: each stream
 # may hold STREAM_WINDOW, but not all MAX_STREAMS of them at once.  A stream that would
 # pass it is ended (a stalled reader cannot be waited for: its partial frame may need
 # the very bytes we would stop reading).
-IN_BUDGET = 16 << 20
+IN_BUDGET = 8 << 20
 
 
 def _show(name: str, limit: int = 64) -> str:
@@ -274,6 +274,12 @@ class Mux:
             del self.streams[stream.number]
             self.buffered -= stream._buffered  # what it held unconsumed is dropped
             stream._buffered = 0
+            # Its buffers go now, not when the cyclic GC finds the stream and its
+            # cancelled tasks: a client opening and overrunning streams in a loop
+            # otherwise keeps tens of dead megabytes waiting for a collection.
+            stream._out = bytearray()
+            stream._in = asyncio.StreamReader(limit=2 * P.STREAM_WINDOW)
+            stream._in.feed_eof()
         current = asyncio.current_task()
         for task in stream.tasks:
             if task is not current:

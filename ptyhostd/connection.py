@@ -190,10 +190,10 @@ class Connection(asyncio.Protocol):
         if s is None:
             named = [x for x in sessions.values() if x.name == ref and self._may(x)]
             if len(named) > 1:
-                raise RequestError(f"name {ref!r} is ambiguous: use an id", "ambiguous")
+                raise RequestError(f"name {_show(ref)} is ambiguous: use an id", "ambiguous")
             s = named[0] if named else None
         if s is None or not self._may(s):
-            raise RequestError(f"no such session: {ref!r}", "no-session")
+            raise RequestError(f"no such session: {_show(ref)}", "no-session")
         return s
 
     def _may(self, s: Session) -> bool:
@@ -385,6 +385,17 @@ class Connection(asyncio.Protocol):
 
 
 def _cost(msg: protocol.Message) -> int:
-    """What a queued request holds in memory, roughly."""
-    data = getattr(msg, "data", None)
-    return 256 + (len(data) if isinstance(data, (bytes, bytearray)) else 0)
+    """What a queued request holds in memory, roughly: its bytes and strings too (a
+    session name may be a megabyte; counting only ``data`` let 8,000 of those queue)."""
+    cost = 256
+    for value in vars(msg).values():
+        if isinstance(value, (bytes, bytearray, str)):
+            cost += len(value)
+        elif isinstance(value, (list, dict)):  # Spawn's argv and env
+            cost += len(repr(value))
+    return cost
+
+
+def _show(ref: str, limit: int = 64) -> str:
+    """A client's name in our messages: quoted, and cut (a name may be a megabyte)."""
+    return repr(ref) if len(ref) <= limit else f"{ref[:limit]!r}... ({len(ref)} chars)"

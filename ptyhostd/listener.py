@@ -65,8 +65,10 @@ class Listener:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
                  factory: Callable[[], asyncio.Protocol], *, per_uid: int = PER_UID,
-                 daemon: str = "the PTY host", unit: str = "clowder-ptyhost.service"):
+                 daemon: str = "the PTY host", unit: str = "clowder-ptyhost.service",
+                 logger: logging.Logger = log):
         self._loop = loop
+        self._log = logger  # the daemon's own: only it goes to the journal
         self._sock = sock
         self._factory = factory
         self._per_uid = per_uid
@@ -100,8 +102,8 @@ class Listener:
                 return
             except OSError as exc:
                 if exc.errno not in fdstore.EXHAUSTED + (errno.ENOBUFS, errno.ENOMEM):
-                    log.error("accepting a client: %s", exc,
-                              extra={"CLOWDER_CAUSE": "accept-failed"})
+                    self._log.error("accepting a client: %s", exc,
+                                    extra={"CLOWDER_CAUSE": "accept-failed"})
                     return
                 if not self._refuse_one():
                     self._pause()
@@ -111,7 +113,7 @@ class Listener:
                 self._short = False
                 if self._logged:
                     self._logged = False
-                    log.info("file descriptors available again: accepting clients",
+                    self._log.info("file descriptors available again: accepting clients",
                              extra={"CLOWDER_CAUSE": "fds-available"})
             conn.setblocking(False)
             refused = self._over_cap(conn)
@@ -141,9 +143,9 @@ class Listener:
         logged, refused = self._capped.get(uid, (-LOG_INTERVAL, 0))
         if now - logged >= LOG_INTERVAL:
             more = f" ({refused} more refused since the last line)" if refused else ""
-            log.warning("refusing connections of uid %d: it holds %d, the most a uid may%s",
-                        uid, self._per_uid, more,
-                        extra={"CLOWDER_CAUSE": "connection-limit"})
+            self._log.warning("refusing connections of uid %d: it holds %d, the most a uid "
+                              "may%s", uid, self._per_uid, more,
+                              extra={"CLOWDER_CAUSE": "connection-limit"})
             self._capped[uid] = (now, 0)
         else:
             self._capped[uid] = (logged, refused + 1)
@@ -158,7 +160,7 @@ class Listener:
     def _connected(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("setting up a client connection: %r", task.exception(),
+            self._log.error("setting up a client connection: %r", task.exception(),
                       extra={"CLOWDER_CAUSE": "accept-failed"})
 
     def _refuse_one(self) -> bool:
@@ -170,7 +172,8 @@ class Listener:
         # connects and leaves in a loop at the edge must not flood the journal either.
         if not self._short and now - self._warned >= LOG_INTERVAL:
             self._warned, self._logged = now, True
-            log.warning("refusing clients: %s", text, extra={"CLOWDER_CAUSE": "out-of-fds"})
+            self._log.warning("refusing clients: %s", text,
+                              extra={"CLOWDER_CAUSE": "out-of-fds"})
         self._short = True
         if self._reserve is None:
             self._take_reserve()
