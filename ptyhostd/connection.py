@@ -169,6 +169,10 @@ class Connection(asyncio.Protocol):
         """Handle queued requests one at a time, in order."""
         while True:
             await self._drained()  # one reply at most beyond the high-water mark
+            # Neither wait yields when there is room and a request queued: without this a
+            # client with thousands queued (GetSnapshot, each a few ms) held the loop
+            # for a second at a time, and every other client waited.
+            await asyncio.sleep(0)
             msg = await self._queue.get()
             self._queued_bytes -= _cost(msg)
             if self._queued_bytes <= REQUESTS_HIGH_WATER // 2:
