@@ -27,6 +27,7 @@ CLIENT_LOW_WATER = 256 << 10
 # the client stops being read until the worker catches up, so memory stays bounded.
 REQUESTS_HIGH_WATER = 2 << 20
 _CREDS = struct.Struct("3i")
+_EOF = object()  # queued after the last request of a client that shut its side
 
 
 class Connection(asyncio.Protocol):
@@ -86,6 +87,15 @@ class Connection(asyncio.Protocol):
                 self._queued_bytes += _cost(msg)
                 if self._queued_bytes > REQUESTS_HIGH_WATER:
                     self._pause("requests")
+
+    def eof_received(self) -> bool:
+        """The client is done sending: answer what it sent, then close (a client may
+        send its requests, shut its side and read; the worker yields between requests,
+        so closing at once would drop answers)."""
+        if self.closed or self._worker is None:
+            return False
+        self._queue.put_nowait(_EOF)
+        return True  # keep our side open for the answers
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -174,6 +184,9 @@ class Connection(asyncio.Protocol):
             # for a second at a time, and every other client waited.
             await asyncio.sleep(0)
             msg = await self._queue.get()
+            if msg is _EOF:
+                self.close_after_flush()
+                return
             self._queued_bytes -= _cost(msg)
             if self._queued_bytes <= REQUESTS_HIGH_WATER // 2:
                 self._resume("requests")
