@@ -11,6 +11,7 @@ import socket
 import sys
 
 from ptyhostd import __version__, fdstore
+from ptyhostd.listener import Listener
 from ptyhostd.log import setup as setup_logging
 
 from . import config as configuration
@@ -103,9 +104,12 @@ async def _serve(args) -> None:
         sock.bind(path)
         sock.listen(64)
         listeners = [sock]
+    # The PTY host's accept loop: a per-uid connection cap, and a clear refusal (logged
+    # once per burst) instead of an EMFILE traceback per connection when out of fds.
     for sock in listeners:
-        sock.setblocking(False)
-        await asyncio.start_unix_server(server.handle, sock=sock)
+        Listener(loop, sock, lambda: asyncio.StreamReaderProtocol(
+                     asyncio.StreamReader(), server.handle),
+                 daemon="clowder-control", unit="clowder-control.service", logger=log)
 
     reloading = asyncio.Lock()  # one reload at a time, in the order of the signals
     reloads: set[asyncio.Task] = set()

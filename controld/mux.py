@@ -29,6 +29,25 @@ log = logging.getLogger("clowder-control")
 P = protocol
 _PRIVILEGED = ("file", "vcs", "forward")  # the services that act as the daemon's user
 FORWARD_CONNECT_TIMEOUT = 10.0
+# What one connection may make us hold, whatever the client sends (docs/design.md,
+# "What one client can make a daemon hold").  Stream data we send is bounded by each
+# stream's credit and by WRITE_HIGH_WATER (a stream waits for the writer to drain after
+# each chunk); OUT_BUDGET bounds the rest, the frames the client's own frames cause
+# (acknowledgements, refusals of opens): past it we stop reading the client until it
+# reads.  It is well above what credit-bounded data can queue (WRITE_HIGH_WATER plus a
+# chunk a stream), so a client that reads and writes from one thread never deadlocks.
+WRITE_HIGH_WATER = 256 << 10
+OUT_BUDGET = WRITE_HIGH_WATER + P.MAX_STREAMS * P.STREAM_CHUNK + (1 << 20)
+# Received stream data that no service has consumed yet, over all streams: each stream
+# may hold STREAM_WINDOW, but not all MAX_STREAMS of them at once.  A stream that would
+# pass it is ended (a stalled reader cannot be waited for: its partial frame may need
+# the very bytes we would stop reading).
+IN_BUDGET = 8 << 20
+
+
+def _show(name: str, limit: int = 64) -> str:
+    """A client's name in our messages: quoted, and cut (a name may be a megabyte)."""
+    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} chars)"
 
 
 class StreamError(Exception):
@@ -66,7 +85,11 @@ class Stream:
         if self._buffered + len(data) > P.STREAM_WINDOW:
             raise StreamError(f"stream {self.number}: more than {P.STREAM_WINDOW} bytes "
                               f"sent without acknowledgement", "window")
+        if self.mux.buffered + len(data) > IN_BUDGET:
+            raise StreamError(f"stream {self.number}: the connection's streams hold more "
+                              f"than {IN_BUDGET} bytes not yet consumed", "budget")
         self._buffered += len(data)
+        self.mux.buffered += len(data)
         self._in.feed_data(data)
 
     def receive_close(self) -> None:
@@ -87,6 +110,8 @@ class Stream:
     def _consumed(self, data: bytes) -> bytes:
         if data:
             self._buffered -= len(data)
+            if self.mux.streams.get(self.number) is self:  # else _forget counted it
+                self.mux.buffered -= len(data)
             self.mux.send(P.StreamAck(stream=self.number, size=len(data)))
         return data
 
@@ -131,6 +156,8 @@ class Mux:
         self.writer = writer
         self.streams: dict[int, Stream] = {}
         self.closed = False
+        self.buffered = 0  # stream data received and not consumed, over all streams
+        writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
 
     def send(self, msg: protocol.Message) -> None:
         if not self.closed:
@@ -144,10 +171,12 @@ class Mux:
         try:
             while True:
                 if msg is None:
+                    if self.writer.transport.get_write_buffer_size() > OUT_BUDGET:
+                        # Not a drain per frame: a client blocked writing to us while we
+                        # wait for it to read would deadlock.  Past OUT_BUDGET the client
+                        # has left megabytes of answers to its own frames unread.
+                        await self.writer.drain()
                     msg = await protocol.read_message(self.reader)
-                # No drain here: waiting for the client to read while it waits for us
-                # to read would deadlock. What we queue is bounded anyway: stream data
-                # by each stream's credit, the rest by what the client sends.
                 self._dispatch(msg)
                 msg = None
         except protocol.ProtocolError as exc:
@@ -194,7 +223,7 @@ class Mux:
                 raise StreamError(f"too many open streams (at most {P.MAX_STREAMS})",
                                   "too-many-streams")
             if msg.service not in P.SERVICES:
-                raise StreamError(f"unknown service {msg.service!r}: expected one of "
+                raise StreamError(f"unknown service {_show(msg.service)}: expected one of "
                                   f"{', '.join(P.SERVICES)}", "unknown-service")
             if msg.service in _PRIVILEGED and self.uid not in (0, self.server.uid):
                 raise StreamError(f"uid {self.uid} may not use the {msg.service} service",
@@ -243,6 +272,14 @@ class Mux:
     def _forget(self, stream: Stream) -> None:
         if self.streams.get(stream.number) is stream:
             del self.streams[stream.number]
+            self.buffered -= stream._buffered  # what it held unconsumed is dropped
+            stream._buffered = 0
+            # Its buffers go now, not when the cyclic GC finds the stream and its
+            # cancelled tasks: a client opening and overrunning streams in a loop
+            # otherwise keeps tens of dead megabytes waiting for a collection.
+            stream._out = bytearray()
+            stream._in = asyncio.StreamReader(limit=2 * P.STREAM_WINDOW)
+            stream._in.feed_eof()
         current = asyncio.current_task()
         for task in stream.tasks:
             if task is not current:

@@ -27,6 +27,7 @@ _CREDS = struct.Struct("3i")
 # An attach through us fails this soon when the host does not greet it (frozen, or not
 # back from a restart that takes this long): the client says why and may retry.
 ATTACH_TIMEOUT = 5.0
+WRITE_HIGH_WATER = 1 << 20
 
 
 class ControlServer:
@@ -39,6 +40,9 @@ class ControlServer:
         sock = writer.get_extra_info("socket")
         _pid, uid, _gid = _CREDS.unpack(
             sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
+        # Each answer is drained before the next request is read (serve, Mux): what a
+        # client leaves unread stays near this, plus one frame.
+        writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         try:
             try:
                 refusal = protocol.refuse_hello(await protocol.read_message(reader),

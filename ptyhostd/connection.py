@@ -28,6 +28,7 @@ CLIENT_LOW_WATER = 256 << 10
 # the client stops being read until the worker catches up, so memory stays bounded.
 REQUESTS_HIGH_WATER = 2 << 20
 _CREDS = struct.Struct("3i")
+_EOF = object()  # queued after the last request of a client that shut its side
 
 
 class Connection(asyncio.Protocol):
@@ -45,6 +46,11 @@ class Connection(asyncio.Protocol):
         self._queued_bytes = 0  # of the requests in _queue
         self._worker: Optional[asyncio.Task] = None
         self._pauses: set[str] = set()  # why the client is not being read
+        # Set while the client reads what we write: the request worker waits on it, so
+        # a client that sends requests and never reads their replies stops being served
+        # (and, its request queue full, stops being read) instead of filling our memory.
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     # --- transport events --------------------------------------------------------------
 
@@ -87,6 +93,15 @@ class Connection(asyncio.Protocol):
                 if self._queued_bytes > REQUESTS_HIGH_WATER:
                     self._pause("requests")
 
+    def eof_received(self) -> bool:
+        """The client is done sending: answer what it sent, then close (a client may
+        send its requests, shut its side and read; the worker yields between requests,
+        so closing at once would drop answers)."""
+        if self.closed or self._worker is None:
+            return False
+        self._queue.put_nowait(_EOF)
+        return True  # keep our side open for the answers
+
     def connection_lost(self, exc) -> None:
         self.closed = True
         self._detach()
@@ -114,13 +129,23 @@ class Connection(asyncio.Protocol):
         self._resume("input")
 
     def pause_writing(self) -> None:
+        # Past CLIENT_HIGH_WATER unsent: replies wait (the worker), attached output
+        # stops and later catches up from the ring (Attachment.paused).
+        self._writable.clear()
         if self.attachment is not None:
             self.attachment.paused = True
 
     def resume_writing(self) -> None:
+        self._writable.set()
+        self._resume("output")
         if self.attachment is not None:
             self.attachment.paused = False
             self.attachment.catch_up()
+
+    async def _drained(self) -> None:
+        """Return once the client has read enough of what we wrote (the low-water mark)."""
+        if not self._writable.is_set():
+            await self._writable.wait()
 
     # --- output ------------------------------------------------------------------------
 
@@ -158,7 +183,15 @@ class Connection(asyncio.Protocol):
     async def _work(self) -> None:
         """Handle queued requests one at a time, in order."""
         while True:
+            await self._drained()  # one reply at most beyond the high-water mark
+            # Neither wait yields when there is room and a request queued: without this a
+            # client with thousands queued (GetSnapshot, each a few ms) held the loop
+            # for a second at a time, and every other client waited.
+            await asyncio.sleep(0)
             msg = await self._queue.get()
+            if msg is _EOF:
+                self.close_after_flush()
+                return
             self._queued_bytes -= _cost(msg)
             if self._queued_bytes <= REQUESTS_HIGH_WATER // 2:
                 self._resume("requests")
@@ -179,10 +212,10 @@ class Connection(asyncio.Protocol):
         if s is None:
             named = [x for x in sessions.values() if x.name == ref and self._may(x)]
             if len(named) > 1:
-                raise RequestError(f"name {ref!r} is ambiguous: use an id", "ambiguous")
+                raise RequestError(f"name {_show(ref)} is ambiguous: use an id", "ambiguous")
             s = named[0] if named else None
         if s is None or not self._may(s):
-            raise RequestError(f"no such session: {ref!r}", "no-session")
+            raise RequestError(f"no such session: {_show(ref)}", "no-session")
         return s
 
     def _may(self, s: Session) -> bool:
@@ -215,7 +248,13 @@ class Connection(asyncio.Protocol):
             ring = self._session(msg.session).ring
             pos, head = ring.tail, ring.head
             while pos < head:
+                await self._drained()  # a chunk at a time: never the whole ring queued
+                # A slow reader of a busy session: the ring may have moved on meanwhile;
+                # go on from the oldest byte held, as an attached raw reader does.
+                pos = max(pos, ring.tail)
                 chunk = ring.read(pos, min(head, pos + P.MAX_DATA))
+                if not chunk:
+                    break
                 self.write_raw(P.encode_output(chunk))
                 pos += len(chunk)
             self.send(P.Ok())
@@ -329,7 +368,7 @@ class Connection(asyncio.Protocol):
             return
         self.attachment = att
         s.attachments.add(att)
-        att.paused = False
+        att.paused = not self._writable.is_set()  # the repaint may have filled the buffer
         att.catch_up()
 
     def _attached_input(self, msg: protocol.Message) -> None:
@@ -367,6 +406,10 @@ class Connection(asyncio.Protocol):
                     self.host.resize(s, msg.cols, msg.rows)
         except RequestError as exc:
             self.send(protocol.Error(message=str(exc), code=exc.code))
+            if not self._writable.is_set():
+                # Refusals answered inline (e.g. Input on a read-only attach) that the
+                # client does not read: stop reading it until it does.
+                self._pause("output")
 
     def _detach(self) -> None:
         if self.attachment is not None:
@@ -383,6 +426,17 @@ def _snapshot(screen, format: str) -> bytes:
 
 
 def _cost(msg: protocol.Message) -> int:
-    """What a queued request holds in memory, roughly."""
-    data = getattr(msg, "data", None)
-    return 256 + (len(data) if isinstance(data, (bytes, bytearray)) else 0)
+    """What a queued request holds in memory, roughly: its bytes and strings too (a
+    session name may be a megabyte; counting only ``data`` let 8,000 of those queue)."""
+    cost = 256
+    for value in vars(msg).values():
+        if isinstance(value, (bytes, bytearray, str)):
+            cost += len(value)
+        elif isinstance(value, (list, dict)):  # Spawn's argv and env
+            cost += len(repr(value))
+    return cost
+
+
+def _show(ref: str, limit: int = 64) -> str:
+    """A client's name in our messages: quoted, and cut (a name may be a megabyte)."""
+    return repr(ref) if len(ref) <= limit else f"{ref[:limit]!r}... ({len(ref)} chars)"

@@ -145,12 +145,13 @@ def store_full(ours: int, held: int, capacity: int) -> str:
     return text
 
 
-def out_of_fds(what: str) -> str:
-    """The refusal when the host process has no fds left (EMFILE/ENFILE)."""
+def out_of_fds(what: str, daemon: str = "the PTY host",
+               unit: str = "clowder-ptyhost.service") -> str:
+    """The refusal when the daemon's process has no fds left (EMFILE/ENFILE)."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return (f"the PTY host has no file descriptors left (LimitNOFILE={soft}) for {what}; "
+    return (f"{daemon} has no file descriptors left (LimitNOFILE={soft}) for {what}; "
             f"end some sessions or connections, or raise LimitNOFILE= in a drop-in for "
-            f"clowder-ptyhost.service and restart it")
+            f"{unit} and restart it")
 
 
 def fds_short(sessions: int) -> bool:

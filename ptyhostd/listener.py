@@ -6,6 +6,12 @@ second and tries again: a traceback a second in the journal for as long as the h
 short, and clients left waiting in the backlog with no answer.  Here one fd is kept in
 reserve instead: at EMFILE it is given up for a moment to accept the waiting client,
 tell it why in a fatal Error frame, and close it; the journal gets one line per episode.
+
+Both daemons use it (clowder-control imports it from here).  It also caps the
+connections one uid may hold open (``per_uid``): each costs an fd and a little memory,
+and without a cap one member could take every fd and lock root out.  Root and the
+daemon's own uid are exempt.  A connection past the cap is told why in a fatal Error
+frame; the journal gets one line per uid per burst (at most one every LOG_INTERVAL).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import errno
 import logging
 import os
 import socket
+import struct
 from typing import Callable, Optional
 
 from . import fdstore, protocol
@@ -24,16 +31,53 @@ log = logging.getLogger("ptyhostd")
 BATCH = 100  # connections accepted per wake-up, as asyncio does
 RETRY = 1.0  # seconds before accepting again when even the reserve fd is gone
 LOG_INTERVAL = 10.0  # seconds between two "refusing clients" lines
+PER_UID = 256  # open connections a uid other than root and the daemon's own may hold
+REFUSAL_GRACE = 5.0  # seconds a refused client has to read its Error before we close
+_CREDS = struct.Struct("3i")
+
+
+class _Refusal(asyncio.Protocol):
+    """A connection past its uid's cap: the fatal Error, our end shut, then closed.
+
+    Shutting down our writing side (not closing) lets the client read the Error even if
+    its Hello arrives after we answered: a close with unread bytes resets the peer."""
+
+    def __init__(self, frame: bytes):
+        self.frame = frame
+        self.transport = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.write(self.frame)
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(REFUSAL_GRACE, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # whatever it sends is not read: it was told why
+
+    def eof_received(self) -> bool:
+        return False  # closes the transport
 
 
 class Listener:
     """Serves one listening socket with protocols made by ``factory``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                 factory: Callable[[], asyncio.Protocol]):
+                 factory: Callable[[], asyncio.Protocol], *, per_uid: int = PER_UID,
+                 daemon: str = "the PTY host", unit: str = "clowder-ptyhost.service",
+                 logger: logging.Logger = log):
         self._loop = loop
+        self._log = logger  # the daemon's own: only it goes to the journal
         self._sock = sock
         self._factory = factory
+        self._per_uid = per_uid
+        self._exempt = {0, os.getuid()}
+        self._daemon, self._unit = daemon, unit
+        # The accepted sockets of each capped uid: asyncio closes a transport's socket
+        # object when the connection ends (fileno() -1), so counting needs no hook.
+        self._open: dict[int, list[socket.socket]] = {}
+        self._capped: dict[int, tuple[float, int]] = {}  # uid -> (logged at, refused since)
         self._reserve: Optional[int] = None
         self._short = False  # refusing clients for lack of fds
         self._warned = -LOG_INTERVAL  # when an episode was last logged
@@ -58,8 +102,8 @@ class Listener:
                 return
             except OSError as exc:
                 if exc.errno not in fdstore.EXHAUSTED + (errno.ENOBUFS, errno.ENOMEM):
-                    log.error("accepting a client: %s", exc,
-                              extra={"CLOWDER_CAUSE": "accept-failed"})
+                    self._log.error("accepting a client: %s", exc,
+                                    extra={"CLOWDER_CAUSE": "accept-failed"})
                     return
                 if not self._refuse_one():
                     self._pause()
@@ -69,30 +113,67 @@ class Listener:
                 self._short = False
                 if self._logged:
                     self._logged = False
-                    log.info("file descriptors available again: accepting clients",
+                    self._log.info("file descriptors available again: accepting clients",
                              extra={"CLOWDER_CAUSE": "fds-available"})
             conn.setblocking(False)
+            refused = self._over_cap(conn)
+            factory = self._factory if refused is None else \
+                (lambda uid=refused: self._refusal(uid))
             task = self._loop.create_task(
-                self._loop.connect_accepted_socket(self._factory, conn))
+                self._loop.connect_accepted_socket(factory, conn))
             self._tasks.add(task)
             task.add_done_callback(self._connected)
+
+    def _over_cap(self, conn: socket.socket) -> Optional[int]:
+        """The peer's uid if it is at its cap, else None (and the connection counted)."""
+        try:
+            _pid, uid, _gid = _CREDS.unpack(
+                conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
+        except OSError:
+            return None  # the Connection finds out, and says so
+        if uid in self._exempt:
+            return None
+        held = self._open.setdefault(uid, [])
+        if len(held) >= self._per_uid:
+            held[:] = [c for c in held if c.fileno() >= 0]  # pruned only when full
+        if len(held) < self._per_uid:
+            held.append(conn)
+            return None
+        now = self._loop.time()
+        logged, refused = self._capped.get(uid, (-LOG_INTERVAL, 0))
+        if now - logged >= LOG_INTERVAL:
+            more = f" ({refused} more refused since the last line)" if refused else ""
+            self._log.warning("refusing connections of uid %d: it holds %d, the most a uid "
+                              "may%s", uid, self._per_uid, more,
+                              extra={"CLOWDER_CAUSE": "connection-limit"})
+            self._capped[uid] = (now, 0)
+        else:
+            self._capped[uid] = (logged, refused + 1)
+        return uid
+
+    def _refusal(self, uid: int) -> asyncio.Protocol:
+        text = (f"uid {uid} already holds {self._per_uid} connections to {self._daemon}, "
+                f"the most one user may: close some and retry")
+        return _Refusal(protocol.encode(protocol.Error(message=text, code="capacity",
+                                                       fatal=True)))
 
     def _connected(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("setting up a client connection: %r", task.exception(),
+            self._log.error("setting up a client connection: %r", task.exception(),
                       extra={"CLOWDER_CAUSE": "accept-failed"})
 
     def _refuse_one(self) -> bool:
         """Accept one waiting client on the reserve fd and tell it why it cannot be
         served; False if that was not possible either (no reserve, nobody waiting)."""
-        text = fdstore.out_of_fds("a new connection")
+        text = fdstore.out_of_fds("a new connection", self._daemon, self._unit)
         now = self._loop.time()
         # Once per episode, and episodes at most every LOG_INTERVAL: a client that
         # connects and leaves in a loop at the edge must not flood the journal either.
         if not self._short and now - self._warned >= LOG_INTERVAL:
             self._warned, self._logged = now, True
-            log.warning("refusing clients: %s", text, extra={"CLOWDER_CAUSE": "out-of-fds"})
+            self._log.warning("refusing clients: %s", text,
+                              extra={"CLOWDER_CAUSE": "out-of-fds"})
         self._short = True
         if self._reserve is None:
             self._take_reserve()

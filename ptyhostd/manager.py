@@ -24,6 +24,7 @@ from .dbuslink import Link, LinkLost, ManagerError, open_link
 log = logging.getLogger("ptyhostd")
 
 _PROPS = "org.freedesktop.DBus.Properties"
+_NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
 
 # Exit codes systemd's own executor uses when it fails before the program runs
 # (systemd.exec(5), "PROCESS EXIT CODES").
@@ -372,8 +373,31 @@ class Manager:
                     return "done" if ran else "failed"
                 log.info("%s does not exist: starting it again", unit,
                          extra={"CLOWDER_UNIT": unit, "CLOWDER_CAUSE": "manager-reconnect"})
+            except ManagerError as exc:  # after LinkLost, a ManagerError too
+                if exc.name != _NO_SUCH_UNIT:
+                    raise
+                raise ManagerError(self._not_written(unit, exc), exc.name) from None
         raise ManagerError(f"starting {unit}: the link to the service manager kept "
                            f"dropping")
+
+    def _not_written(self, unit: str, exc: ManagerError) -> str:
+        """Why systemd says a unit it was just asked to create is "not found".
+
+        Measured on 252: systemd writes a transient unit's file under its runtime
+        directory and loads it back; when that write fails (a full /run: ENOSPC, or no
+        inodes left) it only says "Unit ... not found".  Its real reason is there.
+        """
+        where = os.path.join(os.path.dirname(self.path), "transient")
+        try:
+            st = os.statvfs(where)
+        except OSError as err:
+            return f"{exc}: systemd cannot write its transient units in {where} ({err.strerror})"
+        if st.f_bavail == 0 or (st.f_files and st.f_ffree == 0):
+            what = "space" if st.f_bavail == 0 else "inodes"
+            return (f"starting {unit}: no {what} left on the filesystem of {where}: systemd "
+                    f"could not write the session's unit file (it said: {exc})")
+        return (f"{exc} (systemd could not load the unit it was asked to create: is "
+                f"{where} writable?)")
 
     async def unit_state(self, unit: str) -> UnitState:
         """The unit's state; ``active == "not-found"`` if systemd no longer has it."""

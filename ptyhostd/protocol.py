@@ -672,7 +672,12 @@ def decode(kind: int, payload: bytes) -> Message:
     if jlen:
         try:
             obj = json.loads(payload[_JSON_LEN.size:_JSON_LEN.size + jlen])
-        except (ValueError, UnicodeDecodeError) as exc:
+        except RecursionError:
+            # e.g. 200,000 nested brackets (they fit in a frame): the parser's limit, not
+            # a daemon's failure, so the peer gets the Error frame like any bad JSON.
+            raise ProtocolError(f"{cls.__name__}: JSON nested too deeply", "bad-json") \
+                from None
+        except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
             raise ProtocolError(f"{cls.__name__}: invalid JSON ({exc})", "bad-json") from None
         if not isinstance(obj, dict):
             raise ProtocolError(f"{cls.__name__}: payload is not a JSON object", "bad-json")
