@@ -142,7 +142,28 @@ class Supervisor:
         self.event(name, f"{cause}: ending its {len(sids)} session(s)", "removed",
                    rec.session or "")
         if sids:
-            self._spawn_task(self._end_all(name, sids, cause))
+            self._spawn_task(self._end_own(name, sids, cause))
+
+    async def _end_own(self, name: str, sids: list[tuple[str, str]], cause: str) -> str:
+        """``_end_all`` of those the host still has as the agent's own (a registry from
+        before the mark may name another user's session: it is left alone)."""
+        try:
+            live = await self.host.sessions(timeout=PROBE_TIMEOUT)
+        except HostError as exc:
+            self.ending.difference_update(sid for _, sid in sids)
+            self.event(name, f"its sessions could not be ended ({cause}): {exc}",
+                       "stop-failed", level=logging.ERROR)
+            return str(exc)
+        own = [(role, sid) for role, sid in sids
+               if sid in live and self._owned(live[sid], recorded=True)]
+        kept = {sid for _, sid in own}
+        for _, sid in sids:
+            if sid not in kept:
+                self.ending.discard(sid)
+                if sid in live:
+                    self.event(name, f"session {sid} is not the agent's own: left running",
+                               "not-adopted", sid, level=logging.WARNING)
+        return await self._end_all(name, own, cause)
 
     def _spawn_task(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -205,7 +226,7 @@ class Supervisor:
             for role, shell in roles:
                 sid = rec.session if not role else rec.shells.get(role)
                 found = running.get(sid) if sid else None
-                if found is not None and not self._owned(found):
+                if found is not None and not self._owned(found, recorded=True):
                     found = None  # the registry's id, now someone else's: never theirs
                 how = "adopted its running session"
                 if found is None and session_name(name, role or None) in by_name:
@@ -235,11 +256,18 @@ class Supervisor:
                         s["id"], s["name"], extra={"CLOWDER_SESSION": s["id"],
                                                    "CLOWDER_CAUSE": "unclaimed"})
 
-    def _owned(self, info: dict) -> bool:
+    def _owned(self, info: dict, recorded: bool = False) -> bool:
         """Whether a session may be adopted as an agent's: started by this daemon (the
         host's mark) and running as the agents' user.  One named ``agent:...`` that is
-        not is left alone, and said once."""
-        if info.get("agent") is True and info.get("uid") == self.uid:
+        not is left alone, and said once.
+
+        ``recorded``: the registry names this id, i.e. this daemon spawned it (ids are
+        the host's, never reused).  Then the agents' uid is enough: a host from before
+        the mark left its agents unmarked, and an upgrade must not re-spawn them all.
+        The uid still rules out another user's session (one an old clowder-control
+        adopted by name and recorded); only root, or in a user manager the user itself,
+        can make a session of the agents' uid."""
+        if info.get("uid") == self.uid and (info.get("agent") is True or recorded):
             return True
         name = info.get("name") or ""
         if name.startswith(PREFIX) and info["id"] not in self._refused:
@@ -424,7 +452,8 @@ class Supervisor:
         # written before the host marked them may name a session someone else made.
         sids = [(role, sid) for role, sid in [("", rec.session), *rec.shells.items()]
                 if sid and sid not in self.ending
-                and (live is None or (sid in live and self._owned(live[sid])))]
+                and (live is None
+                     or (sid in live and self._owned(live[sid], recorded=True)))]
         self.ending.update(sid for _, sid in sids)
         return sids
 

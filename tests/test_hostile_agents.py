@@ -206,6 +206,46 @@ def test_the_mark_survives_restart_kill9_and_handoff(host, control):
     host.ctl("kill", plain)
 
 
+def test_agents_from_before_the_mark_are_kept_by_their_registry_id(host, control):
+    """An upgrade from a host that did not mark agents: the sessions the registry names,
+    running as the agents' user, are adopted (same pid, not re-spawned); nothing else."""
+    control.write_config("agents:\n" + agent_yaml("api", "cat", control.workdir))
+    agent = control.wait_running(["api"])["api"]
+    rewrite_records(host, old_record(agent["session"], "agent:api"))
+    assert host.ps()[agent["session"]]["agent"] is False, "the record kept its mark"
+    control.restart()
+    again = control.wait_running(["api"])["api"]
+    assert (again["session"], again["pid"], again["spawns"]) == \
+        (agent["session"], agent["pid"], agent["spawns"]), "the agent was re-spawned"
+    type_to_agent(host, "api", b"after-the-upgrade\r")
+
+
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_a_removed_agent_ends_only_its_own_sessions(host, control):
+    """A registry from an old clowder-control that adopted bob's session by name names
+    it; the agent removed from the YAML meanwhile: bob's session is left running."""
+    from controld.registry import AgentRecord, Registry
+    name = bob()
+    theirs = host.spawn("cat", name="bobs", user=name)
+    info = host.ps(user=name)[theirs]
+    control.write_config("agents:\n" + agent_yaml("api", "cat", control.workdir))
+    control.wait_running(["api"])
+    host.systemctl("stop", "clowder-control.service")
+    reg = Registry.load(control.registry)
+    reg.set(AgentRecord(name="old", session=theirs))
+    reg.save()
+    host.systemctl("start", "clowder-control.service")
+    control.wait_running(["api"])
+    # What clowder-control did with it: ended it (the old code) or left it, said either way.
+    done = wait_for(lambda: [e for e in journal_lines(host, CLOWDER_AGENT="old")
+                             if e.get("CLOWDER_CAUSE") in ("stop", "stop-failed",
+                                                           "not-adopted")], 30,
+                    "clowder-control to deal with the removed agent's session")
+    assert done[0]["CLOWDER_CAUSE"] == "not-adopted", done[0]["MESSAGE"]
+    check_untouched(host, theirs, info, name)
+    host.ctl("kill", theirs, user=name, timeout=20)
+
+
 @pytest.mark.parametrize("host", ["system"], indirect=True)
 def test_member_cannot_take_an_agents_name(host, control):
     """Bob's try of today's hijack is refused; a session marked as clowder-control's
