@@ -194,34 +194,27 @@ def test_banner_backlog_and_typing(host, attach):
     assert a.finish() == 0
 
 
-def test_client_size_reaches_session_and_so_does_a_resize(host, attach):
+@pytest.mark.parametrize("sizes", [
+    ((123, 37), (123, 37), (140, 50), (140, 50)),
+    # Past the host's cap (ptyhostd.pty.MAX_CELLS): the largest size that fits in it,
+    # instead of a refusal.
+    ((1500, 400), (1000, 250), (600, 600), (600, 416)),
+], ids=["within-the-cap", "past-the-cap"])
+def test_client_size_reaches_session_and_so_does_a_resize(host, attach, sizes):
+    (cols, rows), first, (cols2, rows2), second = sizes
     sid = shell(host, size="80x24")
-    a = attach(sid, cols=123, rows=37)
+    a = attach(sid, cols=cols, rows=rows)
     ready(a)
-    assert (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (123, 37)
+    assert (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == first
     a.type(b"stty size\r")
-    a.expect(b"37 123\r", what="stty size in the session: the attaching terminal's size")
-    a.set_size(140, 50)
-    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (140, 50), 10,
+    a.expect(b"%d %d\r" % (first[1], first[0]),
+             what="stty size in the session: the attaching terminal's size")
+    a.set_size(cols2, rows2)
+    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == second, 10,
              "the resize of the client's terminal to reach the session")
     a.type(b"stty size\r")
-    a.expect(b"50 140\r", what="stty size in the session after the resize")
-    a.type(DETACH)
-    assert a.finish() == 0
-
-
-def test_a_terminal_wider_than_the_cap_attaches_at_the_cap(host, attach):
-    """An outer terminal over the host's size cap (ptyhostd.pty.MAX_CELLS) attaches,
-    and resizes, at the largest size that fits in it instead of being refused."""
-    sid = shell(host, size="80x24")
-    a = attach(sid, cols=1500, rows=400)
-    ready(a)
-    assert (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (1000, 250)
-    a.set_size(600, 600)
-    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (600, 416), 10,
-             "the resize past the cap to reach the session, fitted")
-    a.type(b"stty size\r")
-    a.expect(b"416 600\r", what="stty size in the session: the fitted size")
+    a.expect(b"%d %d\r" % (second[1], second[0]),
+             what="stty size in the session after the resize")
     a.type(DETACH)
     assert a.finish() == 0
 

@@ -25,7 +25,7 @@ from controld import vcs
 from ptyhostd import protocol as P
 
 from test_files import ask
-from test_vcs import GIT_ENV, git, repo, service  # noqa: F401 (repo is a fixture)
+from test_vcs import GIT_ENV, git, owned_copy, repo, service  # noqa: F401 (repo: fixture)
 
 MiB = 1 << 20
 REQUESTS = (P.VcsStatus(agent="api"), P.VcsDiff(agent="api"),
@@ -216,12 +216,7 @@ def test_git_runs_as_the_owner_with_the_owners_groups(repo, monkeypatch):  # noq
     pw = pwd.getpwnam("bob")
     base = tempfile.mkdtemp(prefix="clowder-vcs-owner-")
     try:
-        os.chmod(base, 0o755)
-        owned = os.path.join(base, "repo")
-        shutil.copytree(repo, owned, symlinks=True)
-        for dirpath, dirnames, filenames in os.walk(owned):
-            for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
-                os.lchown(name, uid, 0)
+        owned = owned_copy(repo, base, uid, 0)
         ids = os.path.join(base, "ids")
         open(ids, "w").close()
         os.chmod(ids, 0o666)

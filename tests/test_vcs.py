@@ -287,6 +287,18 @@ def test_hostile_repository_config_runs_nothing(repo, tmp_path):
     assert marker.exists()
 
 
+def owned_copy(repo: str, base: str, uid: int, gid: int) -> str:
+    """A copy of ``repo`` in ``base`` (made world-searchable) whose every file is
+    ``uid``:``gid``: another user's worktree."""
+    os.chmod(base, 0o755)
+    owned = os.path.join(base, "repo")
+    shutil.copytree(repo, owned, symlinks=True)
+    for dirpath, dirnames, filenames in os.walk(owned):
+        for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+            os.lchown(name, uid, gid)
+    return owned
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a repository to nobody")
 def test_as_root_git_runs_as_the_worktree_owner(repo, tmp_path):
     """git refuses ("dubious ownership") a repository that another user owns, for good
@@ -295,12 +307,7 @@ def test_as_root_git_runs_as_the_worktree_owner(repo, tmp_path):
     rights."""
     base = tempfile.mkdtemp(prefix="clowder-vcs-")  # tmp_path's parents are private to root
     try:
-        os.chmod(base, 0o755)
-        owned = os.path.join(base, "repo")
-        shutil.copytree(repo, owned, symlinks=True)
-        for dirpath, dirnames, filenames in os.walk(owned):
-            for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
-                os.lchown(name, 65534, 65534)
+        owned = owned_copy(repo, base, 65534, 65534)
         plain = subprocess.run(["git", "status"], cwd=owned, env=GIT_ENV,
                                capture_output=True, text=True)
         assert "dubious ownership" in plain.stderr
