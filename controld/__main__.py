@@ -15,6 +15,7 @@ from ptyhostd.listener import Listener
 from ptyhostd.log import setup as setup_logging
 
 from . import config as configuration
+from . import configfile
 from .hostclient import HostConnection, HostError
 from .registry import Registry, RegistryError, default_path
 from .server import ControlServer
@@ -47,11 +48,11 @@ def _parse(argv):
 
 async def load_config(path: str):
     """(the configuration, "") or (None, the problem) if it cannot be used.
-    Parsed in a separate process with a time cap (config.load_isolated): whatever the
+    Parsed in a separate process with a time cap (configfile.load_isolated): whatever the
     file is, this daemon keeps serving, and a file that cannot be used is a problem in
     ``status`` and the journal, never a reason to stop."""
     try:
-        return await configuration.load_isolated(path), ""
+        return await configfile.load_isolated(path), ""
     except FileNotFoundError:
         return configuration.Config(version=1, agents=()), ""
     except configuration.ConfigError as exc:

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from controld import config
+from controld import config, configfile
 from controld.config import Agent, Config, ConfigError, Shell
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,7 +95,7 @@ def test_empty_means_no_agents(text):
 def test_load_reads_a_file(tmp_path):
     path = tmp_path / "clowder.yaml"
     path.write_text(FULL)
-    assert config.load(str(path)) == config.parse(FULL)
+    assert configfile.load(str(path)) == config.parse(FULL)
 
 
 def test_dataclasses_are_frozen():
@@ -434,7 +434,7 @@ def test_invalid_utf8(tmp_path):
     path = tmp_path / "clowder.yaml"
     path.write_bytes(b"version: 1\nagents: []\n# caf\xe9\n")
     with pytest.raises(ConfigError) as info:
-        config.load(str(path))
+        configfile.load(str(path))
     assert info.value.errors == [f"{path}:3: not valid UTF-8 (invalid continuation byte)"]
 
 
@@ -442,11 +442,11 @@ def test_load_names_the_file_and_lets_a_missing_one_raise(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("agents:\n  - {name: a, command: x, cwd: rel}\n")
     with pytest.raises(ConfigError) as info:
-        config.load(str(path))
+        configfile.load(str(path))
     assert info.value.errors == [f"{path}:2: agents[0].cwd: must be an absolute path, "
                                  "got 'rel'"]
     with pytest.raises(FileNotFoundError):
-        config.load(str(tmp_path / "missing.yaml"))
+        configfile.load(str(tmp_path / "missing.yaml"))
 
 
 # --- paths ----------------------------------------------------------------------------

@@ -174,14 +174,14 @@ def test_status_answers_while_a_slow_file_is_parsed(host, tidy):
     assert control.agents()["keep"]["pid"] == before["pid"]
 
 
-# --- the same files, checked without systemd (config.load_isolated) -------------------
+# --- the same files, checked without systemd (configfile.load_isolated) ---------------
 
 def _isolated(path: str, **kw) -> str:
     """The one problem load_isolated reports for ``path``."""
     import asyncio
-    from controld import config
+    from controld import config, configfile
     with pytest.raises(config.ConfigError) as info:
-        asyncio.run(config.load_isolated(path, **kw))
+        asyncio.run(configfile.load_isolated(path, **kw))
     return "\n".join(info.value.errors)
 
 

@@ -41,7 +41,8 @@ def run_check(args) -> int:
     config = _config()
     path, considered = (args.file, [args.file]) if args.file else default_file()
     try:
-        cfg = config.load(path)
+        from controld import configfile
+        cfg = configfile.load(path)
     except FileNotFoundError:
         missing = (f"{path}: no such file" if len(considered) == 1 else
                    f"no configuration file: neither {' nor '.join(considered)} exists")
