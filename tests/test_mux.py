@@ -33,7 +33,7 @@ class _Supervisor:
         self.root = root
         self.host_path = "/nonexistent/ptyhost.sock"
 
-    def status(self):
+    def status(self, viewer=None):
         return {"agents": [{"name": "a"}], "unclaimed": [], "problems": []}
 
     def workdir(self, name: str) -> str:

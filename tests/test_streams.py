@@ -275,7 +275,8 @@ def test_a_stalled_stream_stops_only_itself(host, control):
 @pytest.mark.parametrize("host", ["system"], indirect=True)
 def test_other_user_cannot_use_files_vcs_or_forward(host, control):
     """Issue 7, access: a second unprivileged user (in group clowder, so it can reach the
-    control socket and read status) is refused the file, vcs and forward services."""
+    control socket and read status) is refused the file, vcs and forward services, and
+    its status shows none of root's agents (issue 12)."""
     start_agent(host, control)
     ensure_user("bob", 2002, "clowder")
     echo = Echo()
@@ -286,7 +287,8 @@ def test_other_user_cannot_use_files_vcs_or_forward(host, control):
             assert r.returncode == 2, (args, r)
             assert b"uid 2002 may not use the" in r.stderr, r.stderr
         status = host.ctl("status", user="bob", check=False)
-        assert status.returncode == 0 and b"svc" in status.stdout, status
+        assert status.returncode == 0 and b"AGENT" in status.stdout, status
+        assert b"svc" not in status.stdout, status
         # forward: bob's listener accepts, the daemon refuses the stream, bob's local
         # connection is closed and the reason printed.
         env = {**host.env, "HOME": "/home/bob", "USER": "bob"}
