@@ -10,7 +10,9 @@ where the unit has a watchdog, a freeze long enough for systemd to replace it),
 ``daemon-reexec``, ``daemon-reload``, a reload hand-off, restart and ``kill -9`` of
 clowder-control, for user units the re-exec of the user manager that a systemd upgrade
 triggers (SIGRTMIN+25 to ``user@UID.service``, what Debian's systemd postinst sends),
-and big pastes into a reading program.
+big pastes into a reading program, and issue 12's hostile neighbours: a client flooding
+backlog requests it never reads, and a session printing escape-sequence bombs at the
+largest size.
 
 At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
 backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
@@ -78,6 +80,33 @@ def never_reading_client(host, sid: str) -> socket.socket:
     """A client that attaches (raw bytes from the oldest held), asks for the backlog and
     never reads a byte of what it is sent."""
     from ptyhostd import protocol as P
+    sock = greeted_client(host, "soak never-reads")
+    for _ in range(50):
+        sock.sendall(P.encode(P.GetBacklog(session=sid)))
+    sock.sendall(P.encode(P.Attach(session=sid, replay=1 << 30)))
+    return sock
+
+
+def flooding_client(host, sid: str, limit: int = 32 << 20) -> socket.socket:
+    """Issue 12's hoarder: GetBacklog after GetBacklog of a busy session, never reading,
+    until the host stops reading it (or ``limit`` bytes of requests)."""
+    from ptyhostd import protocol as P
+    sock = greeted_client(host, "soak flood")
+    sock.setblocking(False)
+    frame, sent = P.encode(P.GetBacklog(session=sid)) * 256, 0
+    view = memoryview(frame)
+    while sent < limit:
+        try:
+            n = sock.send(view)
+        except BlockingIOError:
+            break  # the host stopped reading us: the bound holds
+        sent += n
+        view = view[n:] or memoryview(frame)
+    return sock
+
+
+def greeted_client(host, name: str) -> socket.socket:
+    from ptyhostd import protocol as P
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if host.scope == "user":
         # The user host takes only its own user's connections: connect as that user.
@@ -88,10 +117,7 @@ def never_reading_client(host, sid: str) -> socket.socket:
             os.seteuid(0)
     else:
         sock.connect(host.socket)
-    sock.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION, client="soak never-reads")))
-    for _ in range(50):
-        sock.sendall(P.encode(P.GetBacklog(session=sid)))
-    sock.sendall(P.encode(P.Attach(session=sid, replay=1 << 30)))
+    sock.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION, client=name)))
     return sock
 
 
@@ -108,6 +134,7 @@ class Soak:
         self.pastes: list[tuple[str, str, str]] = []  # (sid, file, sha256)
         self.exits: dict[str, int] = {}  # sid -> the code it exits with
         self.typed = 0
+        self.floods: list[socket.socket] = []  # hoarders that never read (issue 12)
         self.peak = {"host": 0, "control": 0}
         self.watchdog = timespan(host.show("clowder-ptyhost.service",
                                            "WatchdogUSec")["WatchdogUSec"])
@@ -235,6 +262,29 @@ class Soak:
         self.host.ctl("send", sid, input=data)
         self.pastes.append((sid, path, hashlib.sha256(data).hexdigest()))
 
+    def flood(self) -> None:
+        """A client floods backlog requests and never reads; the oldest of five leaves
+        (its memory must come back for the peak bound to hold)."""
+        sid = self.rng.choice(sorted(self.counters))
+        self.floods.append(flooding_client(self.host, sid))
+        if len(self.floods) > 4:
+            self.floods.pop(0).close()
+
+    def bomb(self) -> None:
+        """A session at the largest square size prints escape-sequence bombs (a huge
+        cursor move, a coloured erase, a huge scroll); its snapshot answers, it exits
+        with its code."""
+        code = self.rng.randrange(1, 120)
+        out = ("\x1b[41m\x1b[2J" + "\x1b[20000000C x" * 5 + "\x1b[99999999999999999999S"
+               + "\x1b[1;500r\x1b[9999L" + "bomb-done\n")
+        sid = self.host.spawn(PYTHON, "-c", f"import sys, time; sys.stdout.write({out!r}); "
+                              f"sys.stdout.flush(); time.sleep(2); sys.exit({code})",
+                              name=f"soak-bomb{len(self.exits)}", size="500x500")
+        self.exits[sid] = code
+        wait_for(lambda: b"bomb-done" in self.host.backlog(sid), 30, f"bomb {sid} printed")
+        r = self.host.ctl("snapshot", sid, check=False, timeout=60)
+        assert r.returncode == 0, f"the snapshot of bomb {sid}: {r.stderr!r}"
+
     def exiter(self) -> None:
         code = self.rng.randrange(1, 120)
         delay = self.rng.uniform(0.0, 2.0)
@@ -247,7 +297,7 @@ class Soak:
               "daemon-reexec": self.reexec, "daemon-reload": self.reload_units,
               "handoff": self.handoff, "control-restart": self.control_restart,
               "control-kill-9": self.control_kill9, "paste": self.paste,
-              "exit": self.exiter}
+              "exit": self.exiter, "flood": self.flood, "bomb": self.bomb}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         if ONLY:  # to replay one failure mode; the default run throws every kind
@@ -328,7 +378,7 @@ class Soak:
         return report
 
     def stop(self) -> None:
-        for sock in self.stalled:
+        for sock in self.stalled + self.floods:
             sock.close()
         for _sid, path, _digest in self.pastes:
             if os.path.exists(path):
