@@ -30,7 +30,7 @@ from .registry import AgentRecord, Registry, RegistryError
 
 log = logging.getLogger("clowder-control")
 
-PREFIX = "agent:"
+PREFIX = protocol.AGENT_PREFIX
 RESPAWN_DELAYS = (0.5, 1, 2, 5, 10, 30)  # after an agent's program ends by itself
 
 

@@ -8,8 +8,7 @@ terminal would show it, and a screen clear keeping what came before, as scrollba
 
 from __future__ import annotations
 
-import asyncio
-
+from . import screenwork
 from .lines import MAX_COLUMN, render
 
 HISTORY_BYTES = 1 << 20  # the most raw backlog turned into text for one request
@@ -44,13 +43,15 @@ async def last_lines(ring, count: int, budget: int, width: int = MAX_COLUMN) -> 
     if count <= 0:
         return []
     # Read back only as far as the lines asked for need.  The line model costs ~90 ms a
-    # MiB of ordinary output (more for output made to be costly), so it runs in a worker
-    # thread: the loop that forwards every session's output only copies the bytes.
+    # MiB of ordinary output (more for output made to be costly), so it runs in the
+    # screen pool, beside the terminal models' work (never more than its two threads
+    # against the loop's GIL): the loop that forwards every session's output only copies
+    # the bytes.
     size = max(64 * 1024, count * 160)
     while True:
         start = max(ring.tail, ring.head - min(size, HISTORY_BYTES))
         raw = ring.read(start)
-        lines = await asyncio.to_thread(text_lines, raw, start > 0, count, width)
+        lines = await screenwork.run(text_lines, raw, start > 0, count, width)
         if len(lines) >= count or start == ring.tail or size >= HISTORY_BYTES:
             return fit(lines[-count:], budget)
         size *= 4

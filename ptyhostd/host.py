@@ -146,8 +146,8 @@ class Host(Adoption):
         user, uid = self._run_as(req.user, client_uid)
         name = req.name or ""
         _check_name(name)
-        if name.startswith(RESERVED_PREFIX) and not by_control:
-            raise RequestError(f"session names starting with {RESERVED_PREFIX!r} are "
+        if name.startswith(protocol.AGENT_PREFIX) and not by_control:
+            raise RequestError(f"session names starting with {protocol.AGENT_PREFIX!r} are "
                                f"reserved for clowder-control's agents", "reserved-name")
         if fdstore.under_systemd():
             try:
@@ -563,7 +563,6 @@ def _check_env(env) -> list[str]:
     return out
 
 
-RESERVED_PREFIX = "agent:"  # clowder-control's agents (controld.supervisor.PREFIX)
 # Unicode categories a name may not hold: controls (C0, DEL, C1), format characters
 # (bidi overrides and isolates, zero-width ones: they reorder or hide what a terminal
 # shows), surrogates, and the line and paragraph separators.

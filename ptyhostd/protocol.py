@@ -33,6 +33,9 @@ HEADER = struct.Struct("!IH")
 _JSON_LEN = struct.Struct("!I")
 # The largest raw chunk a sender puts in one frame (leaves room for the JSON part).
 MAX_DATA = MAX_FRAME - 64 * 1024
+# Session names starting with this are clowder-control's agents (``agent:NAME`` and
+# ``agent:NAME/SHELL``): the host takes them only from clowder-control (ptyhostd/peer.py).
+AGENT_PREFIX = "agent:"
 
 
 class ProtocolError(Exception):

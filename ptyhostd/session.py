@@ -37,7 +37,7 @@ UNIT_PREFIX = "clowder-session-"
 # other sessions' keystrokes get their turn (16 made echo under a flood 3x tmux's).
 READS_PER_WAKE = 4
 # The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
-# the host's one thread): past this, it is rebuilt from the newest bytes instead.
+# the screen pool, screenwork.py): past this, it is rebuilt from the newest bytes instead.
 SCREEN_CATCH_UP = 256 * 1024
 # A model whose output costs more than screenwork.WORK_BUDGET restarts from this many
 # of the newest bytes.
