@@ -150,6 +150,7 @@ class Adoption:
             # session's program (a reused pid would be in another cgroup) is checked
             # right after the host starts serving (_verify_adopted).
             self._resume(s)
+            self._fast_adopted.append(s)
             return None
         return s
 
@@ -326,6 +327,9 @@ class Adoption:
         """The slow path of adoption: ask systemd how the session's unit is."""
         faults.maybe_fail("ask", s.id)
         state = await self.manager.unit_state(s.unit)
+        if self.sessions.get(s.id) is not s or s.state in ("exited", "lost") \
+                or s.id in self._finishing:
+            return  # its end was seen meanwhile (its pidfd): recorded there, with status
         if s.master is None:
             await self._end(s, None, "its pty master was not in the FD store")
             return

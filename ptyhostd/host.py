@@ -65,6 +65,9 @@ class Host(Adoption):
         self.last_handoff_error = ""
         self._unadopted: dict[str, list[int]] = {}  # FD store name -> fds left parked
         self._finishing: set[str] = set()  # sessions whose end is being recorded
+        # Sessions adopted on the fast path (their recorded pid alive), for the start's
+        # check that each pid is still its program's; sessions spawned since are not.
+        self._fast_adopted: list[Session] = []
         manager.on_reconnect = self._after_reconnect
 
     # --- the terminal models, kept current while sessions are quiet ----------------------

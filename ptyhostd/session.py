@@ -18,6 +18,7 @@ import errno
 import json
 import logging
 import os
+import select
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -398,6 +399,14 @@ class Session:
         self._pidwatch = watch
         watch.add(self.pidfd.fd, on_exit)
         return True
+
+    def pid_exited(self) -> bool:
+        """Whether the watched program has ended (its pidfd is readable then), though
+        the watch's callback may not have run yet."""
+        if self.pidfd is None:
+            return False
+        ready, _, _ = select.select([self.pidfd.fd], [], [], 0)
+        return bool(ready)
 
     def unwatch_pid(self) -> None:
         """Stop calling ``on_exit`` (the pidfd stays open until close_fds)."""
