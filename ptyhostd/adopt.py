@@ -372,11 +372,16 @@ class Adoption:
 
         Reading every /proc/PID/cgroup costs ~15 ms at 1,000 sessions, so it comes after
         the host is serving; a pid found outside its unit (the program ended while the
-        host was down and its number was reused) is asked of systemd instead."""
-        for i, s in enumerate(list(self.sessions.values())):
+        host was down and its number was reused) is asked of systemd instead.  Only
+        those sessions: one spawned since is not, and one whose program has just ended
+        (its pidfd fired: the pid has left the unit) is being ended with its status."""
+        adopted, self._fast_adopted = self._fast_adopted, []
+        for i, s in enumerate(adopted):
             if i % 100 == 99:
                 await asyncio.sleep(0)  # let clients in between
-            if s.state != "running" or s.pidfd is None or _in_unit(s.pid, s.unit):
+            if self.sessions.get(s.id) is not s or s.state != "running" \
+                    or s.pidfd is None or s.id in self._finishing \
+                    or s.pid_exited() or _in_unit(s.pid, s.unit):
                 continue
             log.warning("session %s: pid %d is no longer in %s; asking systemd", s.id,
                         s.pid, s.unit, extra={"CLOWDER_SESSION": s.id,
