@@ -27,7 +27,7 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 
-from . import __version__, fdstore, handoff, inputqueue  # noqa: E402
+from . import __version__, engine, fdstore, handoff, inputqueue  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .listener import Listener  # noqa: E402
@@ -60,6 +60,10 @@ def _parse(argv):
                    default=float(os.environ.get("CLOWDER_INPUT_DEADLINE", 10)),
                    help="seconds a send may wait on a program that reads none of its "
                         "input before it fails (default 10)")
+    p.add_argument("--screen-engine", choices=engine.ENGINES,
+                   default=os.environ.get("CLOWDER_SCREEN_ENGINE") or None,
+                   help="the terminal model of sessions (default: ghostty when pyghostty "
+                        "is installed, else pyte)")
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
     p.add_argument("--check-handoff", action="store_true",
                    help="(internal) dry-run restore of a running host's state, for reload")
@@ -113,6 +117,7 @@ async def _serve(args) -> None:
     listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
     inputqueue.configure(args.input_queue_bytes, args.input_deadline)
+    engine.choose(args.screen_engine)
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user,
                                    max_sessions_per_user=args.max_sessions_per_user), parked)

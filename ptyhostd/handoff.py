@@ -25,7 +25,7 @@ import struct
 import subprocess
 import sys
 
-from . import __version__, faults
+from . import __version__, engine, faults
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 
@@ -133,9 +133,10 @@ def check_main() -> int:
             raise ManifestError("sessions is not a list")
         # The host imports the terminal model only when a screen is first needed, but the
         # screens carried across the hand-off need it: code that cannot run it is refused.
-        from .screen import Screen
-        Screen(80, 24).feed(b"\x1b[1mcheck\x1b[0m")
-    except (ManifestError, RingError, ValueError, OSError, ImportError) as exc:
+        engine.choose(os.environ.get("CLOWDER_SCREEN_ENGINE") or None)
+        engine.new_screen(80, 24).feed(b"\x1b[1mcheck\x1b[0m")
+    except (ManifestError, RingError, ValueError, OSError, ImportError,
+            engine.EngineError) as exc:
         print(f"hand-off check failed: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({"version": __version__, "handoff": HANDOFF_VERSION,
@@ -156,6 +157,8 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
         passed = {**copies, **rings}
         keep = [fd for g in passed.values() for fd in g]
         env = {**os.environ, CHECK_ENV: encode_fds(passed)}
+        if engine.chosen:  # the check loads the engine this host runs (--screen-engine)
+            env["CLOWDER_SCREEN_ENGINE"] = engine.chosen
         # The check must not talk to systemd as us, nor feed our watchdog: a check that
         # hangs is ended by CHECK_TIMEOUT, a host that hangs by the watchdog.
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):

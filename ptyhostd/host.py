@@ -99,9 +99,9 @@ class Host(Adoption):
             s = self.sessions.get(sid)
             if s is None or s.state != "running" or sc["pos"] < s.ring.tail:
                 continue
-            from .screen import Screen  # pyte: imported when first needed, not at start
+            from . import engine  # the model: loaded when first needed, not at start
             try:
-                s.screen = Screen(sc["cols"], sc["rows"])
+                s.screen = engine.new_screen(sc["cols"], sc["rows"])
                 s.screen.feed(sc["vt"])
                 s.screen_pos = sc["pos"]
             except Exception as exc:  # rebuilt from the ring at the next attach

@@ -142,6 +142,8 @@ def apply_sgr(attrs: Cell, params: list) -> Cell:
 class Screen:
     """The terminal model of one session."""
 
+    engine = "pyte"
+
     def __init__(self, cols: int = 80, rows: int = 24):
         self._grid = Grid(cols, rows)
         self._pending = b""
@@ -175,6 +177,11 @@ class Screen:
     def rows(self) -> int:
         """Height in rows."""
         return self._grid.lines
+
+    @property
+    def work(self) -> int:
+        """Cells and rows touched so far: what screenwork's budget counts."""
+        return self._grid.work
 
     @property
     def pending(self) -> bytes:

@@ -9,7 +9,8 @@ hands them over, and the GIL's switch interval (5 ms) bounds what the loop waits
 
 A feed is also bounded in work, not only in bytes: escape sequences make a few bytes
 cost a pass over a row or the whole screen (``ESC # 8``, ``CSI 9999 b``, scrolling), so
-a catch-up stops after ``WORK_BUDGET`` cells and rows touched (``Grid.work``).  What it
+a catch-up stops after ``WORK_BUDGET`` units of the model's ``work`` (pyte: cells and
+rows touched; ghostty: time in C, whose loops over the screen are fast but not free).  What it
 skipped is then lost to the model (the session rebuilds it from the newest bytes).
 """
 
@@ -32,15 +33,14 @@ Step = Union[bytes, tuple]  # output to feed, or (cols, rows) to resize to
 
 def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
     """Feed ``plan`` to ``screen`` (in a worker thread); False if it stopped at the budget."""
-    grid = screen._grid
-    start = grid.work
+    start = screen.work
     for step in plan:
         if isinstance(step, tuple):
             screen.resize(*step)
             continue
         for i in range(0, len(step), SLICE):
             screen.feed(step[i:i + SLICE])
-            if grid.work - start > budget:
+            if screen.work - start > budget:
                 return False
     return True
 

@@ -1,0 +1,78 @@
+"""Which terminal model the host's sessions use: chosen once, at start, in one place.
+
+``ghostty`` (libghostty-vt through pyghostty, screen_ghostty.py) when installed, else
+``pyte`` (screen.py, the tested fallback).  ``--screen-engine`` (or
+$CLOWDER_SCREEN_ENGINE) forces one; a forced engine that is not installed is an error
+at start, not a silent fallback.  The choice and its cause are logged once.
+docs/design.md "Choosing the engine" has the measurements behind the default.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from typing import Optional
+
+log = logging.getLogger("ptyhostd")
+
+ENGINES = ("ghostty", "pyte")
+_factory = None
+chosen: Optional[str] = None
+
+
+class EngineError(Exception):
+    """The engine asked for cannot be used."""
+
+
+def _load(name: str):
+    if name == "ghostty":
+        from .screen_ghostty import GhosttyScreen
+        return GhosttyScreen
+    from .screen import Screen
+    return Screen
+
+
+def choose(name: Optional[str] = None) -> str:
+    """Settle the engine: ``name``, or ghostty if installed, else pyte; logged once.
+
+    Nothing is imported here (pyghostty's import and library load cost ~0.3 s, more
+    than the host's whole start): the model is loaded when a screen is first needed.
+    """
+    global chosen
+    if name is not None and name not in ENGINES:
+        raise EngineError(f"unknown screen engine {name!r} (one of {', '.join(ENGINES)})")
+    if name is not None:
+        if name == "ghostty" and importlib.util.find_spec("pyghostty") is None:
+            raise EngineError("the ghostty screen engine needs pyghostty, not installed")
+        cause = "asked for"
+    elif importlib.util.find_spec("pyghostty") is not None:
+        name, cause = "ghostty", "the default: pyghostty is installed"
+    else:  # pyghostty is optional (Debian does not package it)
+        name, cause = "pyte", "pyghostty is not installed"
+    if chosen != name:
+        log.info("screen engine: %s (%s)", name, cause,
+                 extra={"CLOWDER_CAUSE": "screen-engine", "CLOWDER_ENGINE": name})
+    chosen = name
+    return name
+
+
+def factory():
+    """The chosen engine's model class, loaded on first use; pyte if ghostty's library
+    fails to load (a broken wheel), with the cause logged."""
+    global _factory, chosen
+    if _factory is None:
+        name = chosen or choose()
+        try:
+            _factory = _load(name)
+        except (ImportError, OSError) as exc:
+            if name != "ghostty":
+                raise
+            log.error("screen engine: ghostty cannot be loaded (%s); using pyte", exc,
+                      extra={"CLOWDER_CAUSE": "screen-engine", "CLOWDER_ENGINE": "pyte"})
+            chosen, _factory = "pyte", _load("pyte")
+    return _factory
+
+
+def new_screen(cols: int, rows: int):
+    """A terminal model of the chosen engine."""
+    return factory()(cols, rows)

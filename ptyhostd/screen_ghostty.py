@@ -1,0 +1,380 @@
+"""The terminal model of a session on libghostty-vt (``pyghostty``), behind Screen's seam.
+
+The same seam as ``screen.Screen`` (``feed``, ``resize``, ``cols``/``rows``,
+``pending``, ``repaint()``, ``snapshot()``, ``errors``, ``work``), but the cells, the
+parser and the renderers are ghostty's, in C: it is fed at tens of MB/s and releases the
+GIL during each call (cffi in ABI mode), so a worker thread feeding it does not hold up
+the event loop the way pyte does.
+
+- ``pending`` is ghostty's parser continuation (``ghostty_terminal_continuation_buf``):
+  the bytes of the sequence or UTF-8 character the parser is in the middle of.
+- ``repaint()`` is ghostty's VT formatter over the active area, with the modes,
+  scrolling region, tab stops, keyboard flags, cursor, pen and charsets it knows how to
+  emit.  The formatter only sees the active screen, so while the alternate screen is
+  active the primary one is formatted from a copy of the terminal (ghostty's binary
+  snapshot decoded into a second terminal, switched back to the primary screen there).
+- Queries the program sends are answered by no one (no reply callback is set): a
+  repaint is rebuilt from state and never re-sends them.
+
+Bounds: the host caps the size (``pty.valid_size``) before a model is made; ghostty
+clamps cursor moves and counts to the screen itself, and keeps an OSC/DCS only up to its
+own limits, so a bomb costs CPU in C, not memory.  Scrollback is bounded in lines and in
+bytes (``SCROLLBACK_LINES``, ``SCROLLBACK_BYTES``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import weakref
+from typing import Optional
+
+import pyghostty
+from pyghostty import ffi, lib
+
+SCROLLBACK_LINES = 10_000  # what scrolled off the primary screen, kept as cells
+SCROLLBACK_BYTES = 16 << 20  # and at most this much memory of it, whatever the width
+MAX_PENDING = 64 * 1024  # longest unfinished sequence ``pending`` hands over (as Screen)
+SCAN_CELLS = 20_000  # cells of rows without text read one by one for a repaint (~50 ms)
+# ``work`` counts seconds of feeding in screenwork's units (its budget, 4 M, is ~1 s of
+# pyte): a few bytes cost ghostty a pass over the screen too (DECALN over 500x500,
+# repeated for 256 KiB, takes 28 s here), so the budget bounds its time, not its bytes.
+WORK_PER_SECOND = 4_000_000
+# A repaint starts from a known state, as screen_render's does: a synchronized update,
+# cursor hidden, primary screen, no pen, no charsets, no insert, origin or margins,
+# and the screen and its scrollback cleared (the formatter paints from the top).
+_PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r" \
+           b"\x1b[H\x1b[2J"
+_EPILOGUE = b"\x1b[?2026l"
+_CHARSETS = re.compile(rb"(?:\x1b[()*+].|[\x0e\x0f])*\Z")  # the formatter's last words
+_MARGINS = re.compile(rb"\x1b\[(\d+);(\d+)r")
+# Back to the primary screen in a copy, to paint it: by 1049 if it was entered so (the
+# cursor is then the one 1049 saved, where the client's own 1049 must save it), else
+# by 47, which only switches.
+_TO_PRIMARY = {True: b"\x1b[?1049l", False: b"\x1b[?47l"}
+
+
+def _check(result: int, what: str) -> None:
+    if result:
+        raise pyghostty.GhosttyError(f"ghostty: {what} failed (result {result})")
+
+
+def _set_size_t(term, option: int, value: int, what: str) -> None:
+    _check(lib.ghostty_terminal_set(term, option, ffi.new("size_t*", value)), what)
+
+
+def _sized(ctype: str):
+    """A struct that carries its own size (ghostty's ABI convention), nested ones too."""
+    return pyghostty.core.init_sized(ctype)
+
+
+def _read(call, what: str) -> bytes:
+    """The size-then-fill dance of ghostty's ``*_buf`` functions."""
+    n = ffi.new("size_t*")
+    call(ffi.NULL, 0, n)
+    buf = ffi.new("uint8_t[]", max(n[0], 1))
+    _check(call(buf, len(buf), n), what)
+    return ffi.buffer(buf, n[0])[:]
+
+
+class GhosttyScreen:
+    """The terminal model of one session, on libghostty-vt."""
+
+    engine = "ghostty"
+
+    def __init__(self, cols: int = 80, rows: int = 24, scrollback: int = SCROLLBACK_LINES):
+        self._term = pyghostty.Terminal(cols, rows, scrollback=scrollback)
+        t = self._t = self._term._t[0]
+        _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_SCROLLBACK_MAX_BYTES, SCROLLBACK_BYTES,
+                    "setting the scrollback's bytes")
+        _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_CONTINUATION_MAX_BYTES, MAX_PENDING,
+                    "setting the continuation's bytes")
+        self._cols, self._rows = cols, rows
+        self.errors = 0  # kept for the seam: ghostty skips what it cannot parse itself
+        self.work = 0  # time spent feeding, in screenwork's budget units
+
+    # The seam.
+
+    @property
+    def cols(self) -> int:
+        """Width in columns."""
+        return self._cols
+
+    @property
+    def rows(self) -> int:
+        """Height in rows."""
+        return self._rows
+
+    @property
+    def pending(self) -> bytes:
+        """The unfinished sequence the parser is in: write it after ``repaint()``."""
+        return _read(lambda b, n, out: lib.ghostty_terminal_continuation_buf(self._t, b, n, out),
+                     "reading the continuation")
+
+    def feed(self, data: bytes) -> None:
+        """Take output from the session's pty."""
+        if data:
+            start = time.perf_counter()
+            lib.ghostty_terminal_vt_write(self._t, data, len(data))
+            self.work += int((time.perf_counter() - start) * WORK_PER_SECOND)
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Follow the pty's new size (ghostty reflows the primary screen, as it would)."""
+        cols, rows = max(cols, 1), max(rows, 1)
+        if (cols, rows) != (self._cols, self._rows):
+            _check(lib.ghostty_terminal_resize(self._t, cols, rows, 8, 16), "resize")
+            self._cols, self._rows = cols, rows
+
+    def repaint(self) -> bytes:
+        """VT bytes that bring a terminal of this size to this state (see ``pending``)."""
+        out = [_PRELUDE]
+        if self.alt:
+            with _Copy(self) as primary:
+                primary.feed(_TO_PRIMARY[self._term.mode(1049)])
+                # Its cursor is where the active screen's 1049 saves it; its pen is reset,
+                # since the formatter paints the cells from a default pen.
+                out += primary._painted(inactive=True) + [b"\x1b[0m"]
+        out += self._painted()
+        if self.get("cursor_visible", "bool"):
+            out.append(b"\x1b[?25h")
+        if not self._term.mode(2026):  # in a program's own synchronized update, it ends it
+            out.append(_EPILOGUE)
+        return b"".join(out)
+
+    def _painted(self, inactive: bool = False) -> list:
+        """The formatter's repaint of the active screen with the coloured blank rows
+        put in after the cells, before the margins, cursor and pen that follow them.
+        ``inactive``: the primary screen painted under an active alternate one, without
+        the terminal-wide modes and margins (its 1049 would paint it on the alternate
+        screen, its margins would scroll the alternate screen's painting)."""
+        full = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, extras=True, wide=not inactive)
+        cells = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, extras=True, tail=False,
+                            wide=not inactive)
+        cut = len(os.path.commonprefix([full, cells]))
+        if cut < len(full) and full[cut] != 0x1B:  # inside a sequence both began
+            cut = full.rfind(b"\x1b", 0, cut)
+        head, tail = full[:cut], full[cut:]
+        if not inactive and self._term.mode(6):
+            # The formatter sets origin mode before the margins and the cursor, which
+            # then lands that far below where it was: set it last, and place the cursor
+            # again relative to the margin (DECOM homes it).
+            head = head.replace(b"\x1b[?6h", b"", 1)
+            margin = _MARGINS.search(tail)
+            top = int(margin.group(1)) if margin else 1
+            x, y = self._term.cursor
+            tail += b"\x1b[?6h\x1b[%d;%dH" % (y + 2 - top, x + 1)
+        return [head, self.blank_colours(), tail]
+
+    def snapshot(self, format: str = "text") -> str:
+        """The active screen as ``text``, ``ansi`` (SGR, no cursor moves) or ``html``."""
+        if format == "text":
+            rows = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN).decode("utf-8", "replace")
+            return "\n".join(r.rstrip() for r in _rows(rows, self._rows)) + "\n"
+        if format == "ansi":
+            vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, pen=True)
+            return "\n".join(_rows(vt.decode("utf-8", "replace"), self._rows)) + "\n"
+        if format == "html":
+            return self.format(lib.GHOSTTY_FORMATTER_FORMAT_HTML).decode("utf-8", "replace")
+        raise ValueError(f"unknown snapshot format {format!r}")
+
+    # Views for the renderer and for tests.
+
+    @property
+    def alt(self) -> bool:
+        """Whether the alternate screen is active."""
+        return self.get("active_screen", "int") == lib.GHOSTTY_TERMINAL_SCREEN_ALTERNATE
+
+    def get(self, key: str, ctype: str = "uint16_t"):
+        """One ``ghostty_terminal_get`` value by its GHOSTTY_TERMINAL_DATA_ suffix."""
+        return self._term.get(key, ctype)
+
+    def format(self, emit: int, extras: bool = False, pen: bool = False,
+               tail: bool = True, wide: bool = True) -> bytes:
+        """The active area through ghostty's formatter: ``extras`` adds the terminal
+        state a repaint needs (modes, margins, tab stops, keys, cursor, pen, charsets);
+        ``pen`` only the SGR of the cells; ``tail=False`` leaves out what the formatter
+        writes after the cells (margins, cursor, pen, key flags, charsets);
+        ``wide=False`` leaves out the terminal-wide modes and margins."""
+        opts = _sized("GhosttyFormatterTerminalOptions")
+        opts.emit = emit
+        opts.unwrap, opts.trim = False, False
+        e = opts.extra
+        # The palette is never sent: the formatter writes all 256 entries, set or not.
+        e.tabstops = e.keyboard = extras
+        e.modes = extras and wide
+        e.scrolling_region = extras and tail and wide
+        s = e.screen
+        s.protection = extras
+        s.cursor = s.kitty_keyboard = s.charsets = extras and tail
+        s.style = s.hyperlink = extras or pen or emit == lib.GHOSTTY_FORMATTER_FORMAT_HTML
+        sel = _sized("GhosttySelection")
+        sel.start = self._term.ref(0, 0)[0]
+        sel.end = self._term.ref(self._cols - 1, self._rows - 1)[0]
+        opts.selection = sel
+        fmt = ffi.new("GhosttyFormatter*")
+        _check(lib.ghostty_formatter_terminal_new(ffi.NULL, fmt, self._t, opts[0]),
+               "making a formatter")
+        try:
+            return _read(lambda b, n, out: lib.ghostty_formatter_format_buf(fmt[0], b, n, out),
+                         "formatting the screen")
+        finally:
+            lib.ghostty_formatter_free(fmt[0])
+
+    def blank_colours(self) -> bytes:
+        """VT bytes for the coloured blank cells of rows without text, which ghostty's
+        formatter leaves out (an erase with a background colour makes cells that hold
+        only a colour): an ECH with that colour for each run.
+
+        Cells are read one by one through the C API (~2.5 us each), so only rows
+        without text are read, and on a screen with more than ``SCAN_CELLS`` of them only
+        their first and last cells (an erase of a whole row or of its end); an ECH of
+        the middle of an empty row is then lost.
+        """
+        plain = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN).decode("utf-8", "replace")
+        empty = [y for y, row in enumerate(_rows(plain, self._rows)) if not row.strip()]
+        if not empty:
+            return b""
+        cells = _Cells(self)
+        whole = len(empty) * self._cols <= SCAN_CELLS
+        out = []
+        for y in empty:
+            if not whole and cells.colour(0, y) is None \
+                    and cells.colour(self._cols - 1, y) is None:
+                continue
+            x = 0
+            while x < self._cols:
+                colour = cells.colour(x, y)
+                end = x + 1
+                while end < self._cols and cells.colour(end, y) == colour:
+                    end += 1
+                if colour is not None:
+                    out.append(b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX" % (y + 1, x + 1, colour, end - x))
+                x = end
+        return b"".join(out) + (b"\x1b[0m" if out else b"")
+
+    def encode(self) -> bytes:
+        """ghostty's binary snapshot of the whole terminal (both screens, scrollback)."""
+        return _read(lambda b, n, out: lib.ghostty_snapshot_encode_buf(self._t, b, n, out),
+                     "encoding a snapshot")
+
+    @classmethod
+    def decode(cls, data: bytes) -> "GhosttyScreen":
+        """A model from ``encode()``'s bytes."""
+        dec = ffi.new("GhosttySnapshotDecoder*")
+        _check(lib.ghostty_snapshot_decoder_new_buf(ffi.NULL, dec, data, len(data)),
+               "opening a snapshot")
+        try:
+            term = ffi.new("GhosttyTerminal*")
+            _check(lib.ghostty_snapshot_decoder_decode(dec[0], term), "decoding a snapshot")
+        finally:
+            lib.ghostty_snapshot_decoder_free(dec[0])
+        return cls._adopt(term[0])
+
+    @classmethod
+    def _adopt(cls, handle) -> "GhosttyScreen":
+        self = cls.__new__(cls)
+        term = pyghostty.Terminal.__new__(pyghostty.Terminal)
+        term._t = ffi.new("GhosttyTerminal*", handle)
+        term._unknown_cb = term._reply_cb = term._cb_err = None
+        term._free = weakref.finalize(term, lib.ghostty_terminal_free, handle)
+        self._term, self._t = term, handle
+        self._cols, self._rows = term.size
+        self.errors = self.work = 0
+        return self
+
+    def close(self) -> None:
+        """Free the C terminal now (the garbage collector would, later)."""
+        self._term.close()
+
+    def state(self) -> dict:
+        """Everything a repaint must reproduce, in ghostty's own terms: for tests."""
+        active = _same_charsets(self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, extras=True))
+        primary = active
+        if self.alt:
+            with _Copy(self) as copy:
+                copy.feed(_TO_PRIMARY[self._term.mode(1049)])
+                primary = _same_charsets(copy.format(lib.GHOSTTY_FORMATTER_FORMAT_VT,
+                                                     extras=True))
+        return {
+            "size": (self._cols, self._rows), "alt": self.alt,
+            "active": active, "primary": primary,
+            "text": self.snapshot("text"),
+            "cursor": self._term.cursor,
+            "pending_wrap": self.get("cursor_pending_wrap", "bool"),
+            "cursor_visible": self.get("cursor_visible", "bool"),
+            "kitty_keys": self.get("kitty_keyboard_flags", "uint8_t"),
+            "mouse": self.get("mouse_tracking", "bool"),
+            "modes": sorted(m for m in _MODES if self._term.mode(m)),
+            "ansi_modes": sorted(m for m in (4, 20) if self._term.mode(m, ansi=True)),
+        }
+
+
+# DEC private modes state() reports (the formatter emits those it tracks itself).
+_MODES = (1, 5, 6, 7, 12, 25, 45, 47, 66, 1000, 1002, 1003, 1004, 1005, 1006, 1015,
+          1047, 1049, 2004, 2026, 2027)
+
+
+class _Cells:
+    """Reads the colour of colour-only cells of the active area."""
+
+    _grid_ref = None
+
+    def __init__(self, screen: GhosttyScreen):
+        if _Cells._grid_ref is None:  # a point is a union passed by value: see pyghostty
+            _Cells._grid_ref = pyghostty._ffi.union_fn(
+                "ghostty_terminal_grid_ref",
+                "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
+        self._t = screen._t
+        self._pt = ffi.new("GhosttyPointS*")
+        self._pt.tag = lib.GHOSTTY_POINT_TAG_ACTIVE
+        self._ref = _sized("GhosttyGridRef")
+        self._cell = ffi.new("GhosttyCell*")
+        self._tag = ffi.new("GhosttyCellContentTag*")
+        self._index = ffi.new("uint8_t*")
+        self._rgb = ffi.new("GhosttyColorRgb*")
+
+    def colour(self, x: int, y: int) -> Optional[bytes]:
+        """The SGR 48 tail of a colour-only cell (``5;N`` or ``2;R;G;B``), else None."""
+        self._pt.value.x, self._pt.value.y = x, y
+        if _Cells._grid_ref(self._t, self._pt[0], self._ref) \
+                or lib.ghostty_grid_ref_cell(self._ref, self._cell):
+            return None
+        cell = self._cell[0]
+        lib.ghostty_cell_get(cell, lib.GHOSTTY_CELL_DATA_CONTENT_TAG, self._tag)
+        if self._tag[0] == lib.GHOSTTY_CELL_CONTENT_BG_COLOR_PALETTE:
+            lib.ghostty_cell_get(cell, lib.GHOSTTY_CELL_DATA_COLOR_PALETTE, self._index)
+            return b"5;%d" % self._index[0]
+        if self._tag[0] == lib.GHOSTTY_CELL_CONTENT_BG_COLOR_RGB:
+            lib.ghostty_cell_get(cell, lib.GHOSTTY_CELL_DATA_COLOR_RGB, self._rgb)
+            return b"2;%d;%d;%d" % (self._rgb.r, self._rgb.g, self._rgb.b)
+        return None
+
+
+class _Copy:
+    """A throwaway copy of a model (through ghostty's snapshot), freed on exit."""
+
+    def __init__(self, screen: GhosttyScreen):
+        self._screen = screen
+        self._copy: Optional[GhosttyScreen] = None
+
+    def __enter__(self) -> GhosttyScreen:
+        self._copy = GhosttyScreen.decode(self._screen.encode())
+        return self._copy
+
+    def __exit__(self, *exc) -> None:
+        self._copy.close()
+
+
+def _same_charsets(vt: bytes) -> bytes:
+    """Formatter output with G0 = ASCII written as the default: ghostty starts with a
+    UTF-8 "charset" of its own that only RIS restores, and a repaint's ``ESC ( B``
+    (needed by a client left in DEC graphics) designates ASCII, which shows the same."""
+    charsets = _CHARSETS.search(vt)
+    return vt[:charsets.start()] + charsets.group().replace(b"\x1b(B", b"")
+
+
+def _rows(text: str, rows: int) -> list:
+    """A formatter's output cut into the screen's rows (it ends rows with CRLF or LF)."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    return (lines + [""] * rows)[:rows]
