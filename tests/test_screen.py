@@ -1,5 +1,9 @@
 """The screen model of issue 4: a repaint at any point of a recording, and pyte's gaps.
 
+The recording and random-stream properties run on both engines (issue 13): ``pyte``
+(screen.py) and ``ghostty`` (screen_ghostty.py), each compared with itself, in its own
+terms of state.  The tests of pyte's gaps are pyte's alone.
+
 Acceptance 1: for each recording of a real program (tests/recordings, made by
 tools/record.py) and many split points k, a client that attaches at k (a fresh screen
 fed the repaint of a screen that saw the first k bytes, then the held tail, then the
@@ -21,6 +25,11 @@ import pytest
 from ptyhostd.screen import Screen
 from ptyhostd.screen_render import BLANK, Cell
 
+try:
+    from ptyhostd.screen_ghostty import GhosttyScreen
+except ImportError:  # pyghostty is in the test extra; without it only pyte is tested
+    GhosttyScreen = None
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDINGS_DIR = os.path.join(HERE, "recordings")
 RECORDINGS = sorted(name[:-4] for name in os.listdir(RECORDINGS_DIR) if name.endswith(".bin"))
@@ -38,11 +47,32 @@ def recording(name: str):
         return f.read(), meta["cols"], meta["rows"]
 
 
+ENGINES = {"pyte": Screen, "ghostty": GhosttyScreen}
+# Where an engine is known to fail the property, and why (docs/design.md "Choosing the
+# engine" counts them).  The random streams reach corners no recording does; ghostty's
+# formatter, measured on the 1,200 attaches below: 1,171 pass.
+KNOWN = {("ghostty", "random"): (
+    "ghostty's VT formatter paints only the active screen and the top of the kitty "
+    "keyboard stack: the alternate screen left by 47 (which 47h shows again), the key "
+    "flags under the top and a few cells beside combining marks after a wide character "
+    "are not repainted")}
+engines = pytest.mark.parametrize("engine", [
+    pytest.param(name, marks=pytest.mark.skipif(cls is None, reason="pyghostty not installed"))
+    for name, cls in ENGINES.items()])
+
+
+def known(request, engine: str, name: str) -> None:
+    """An expected failure of ``engine`` on ``name``, with its cause (the test still runs:
+    an XPASS shows it is fixed)."""
+    if (engine, name) in KNOWN:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN[engine, name], strict=False))
+
+
 @functools.lru_cache(maxsize=None)
-def watched_from_start(name: str) -> dict:
+def watched_from_start(name: str, engine: str = "pyte") -> dict:
     """The state of a screen that saw all of a recording."""
     data, cols, rows = recording(name)
-    screen = Screen(cols, rows)
+    screen = ENGINES[engine](cols, rows)
     feed_in_chunks(screen, data)
     assert screen.errors == 0
     return screen.state()
@@ -78,6 +108,12 @@ def assert_same(got: dict, want: dict, where: str) -> None:
     for key in want:
         if got[key] == want[key]:
             continue
+        if isinstance(want[key], bytes):  # ghostty: formatter output, in its own terms
+            at = next((i for i, (a, b) in enumerate(zip(got[key], want[key])) if a != b),
+                      min(len(got[key]), len(want[key])))
+            pytest.fail(f"{where}: {key} differs from byte {at}:\n"
+                        f"  got  {got[key][at - 60:at + 60]!r}\n"
+                        f"  want {want[key][at - 60:at + 60]!r}")
         if key in ("primary", "alternate"):
             for y, (a, b) in enumerate(zip(got[key], want[key])):
                 if a != b:
@@ -93,8 +129,11 @@ def _row_text(row) -> str:
 
 @pytest.mark.parametrize("split", range(SPLITS))
 @pytest.mark.parametrize("name", RECORDINGS)
-def test_attach_at_any_split_point(name, split):
+@engines
+def test_attach_at_any_split_point(request, engine, name, split):
     """A client attaching at byte k is shown what a client that watched from byte 0 sees."""
+    known(request, engine, name)
+    Screen = ENGINES[engine]
     data, cols, rows = recording(name)
     k = split_point(data, split)
     watcher = Screen(cols, rows)
@@ -110,21 +149,24 @@ def test_attach_at_any_split_point(name, split):
     attached.feed(watcher.pending)
     attached.feed(data[k:])
     assert attached.errors == 0
-    assert_same(attached.state(), watched_from_start(name),
+    assert_same(attached.state(), watched_from_start(name, engine),
                 f"{name} attached at {k} of {len(data)}")
 
 
 @pytest.mark.parametrize("name", RECORDINGS)
-def test_chunking_does_not_matter(name):
+@engines
+def test_chunking_does_not_matter(engine, name):
     """Fed whole or a byte at a time, a screen ends in the same state."""
+    Screen = ENGINES[engine]
     data, cols, rows = recording(name)
     whole = Screen(cols, rows)
     whole.feed(data)
-    assert_same(whole.state(), watched_from_start(name), f"{name} fed whole")
+    assert_same(whole.state(), watched_from_start(name, engine), f"{name} fed whole")
     bytewise = Screen(cols, rows)
     for i in range(len(data)):
         bytewise.feed(data[i:i + 1])
-    assert_same(bytewise.state(), watched_from_start(name), f"{name} fed a byte at a time")
+    assert_same(bytewise.state(), watched_from_start(name, engine),
+                f"{name} fed a byte at a time")
 
 
 PRIVATE = [1, 5, 6, 7, 25, 47, 1000, 1006, 1047, 1048, 1049, 2004, 2026]
@@ -160,17 +202,19 @@ def _random_stream(rng: random.Random) -> bytes:
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_random_streams_attach_anywhere(seed):
+@engines
+def test_random_streams_attach_anywhere(request, engine, seed):
     """The same property on random streams of small screens, which reach corners
     recordings do not (origin mode, saved cursors in a pending wrap, legacy modes).
     REP is left out: see ``last_character`` in screen_render for its limits."""
+    known(request, engine, "random")
     rng = random.Random(seed)
     for _ in range(30):
         cols, rows, data = rng.randint(5, 16), rng.randint(3, 9), _random_stream(rng)
-        want = fed(data, cols, rows).state()
+        want = fed(data, cols, rows, engine).state()
         for k in sorted(rng.sample(range(len(data) + 1), 4)):
-            watcher = fed(data[:k], cols, rows)
-            attached = fed(watcher.repaint() + watcher.pending + data[k:], cols, rows)
+            watcher = fed(data[:k], cols, rows, engine)
+            attached = fed(watcher.repaint() + watcher.pending + data[k:], cols, rows, engine)
             got = attached.state()
             for state in (got, want):
                 state.pop("last_char", None)
@@ -186,8 +230,8 @@ def test_corpus_is_small_and_covers_the_issue():
         assert len(recording(name)[0]) < 200 * 1024
 
 
-def fed(data: bytes, cols: int = 20, rows: int = 5) -> Screen:
-    screen = Screen(cols, rows)
+def fed(data: bytes, cols: int = 20, rows: int = 5, engine: str = "pyte") -> Screen:
+    screen = ENGINES[engine](cols, rows)
     screen.feed(data)
     return screen
 
