@@ -27,7 +27,7 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 
-from . import __version__, engine, fdstore, handoff, inputqueue  # noqa: E402
+from . import __version__, engine, fdstore, handoff, inputqueue, screenwork  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .listener import Listener  # noqa: E402
@@ -137,6 +137,7 @@ async def _serve(args) -> None:
         log.info("ptyhostd %s took over by hand-off: %d sessions", __version__,
                  len(host.sessions), extra={"CLOWDER_CAUSE": "handoff"})
     fdstore.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
+    loop.run_in_executor(screenwork.POOL, engine.preload)  # off the loop, after READY
     if watchdog is not None and handed is None:
         watchdog.start(loop)
     install_wedge_fault(loop)

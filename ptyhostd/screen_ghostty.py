@@ -47,6 +47,7 @@ WORK_PER_SECOND = 4_000_000
 _PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r" \
            b"\x1b[H\x1b[2J"
 _EPILOGUE = b"\x1b[?2026l"
+_ERASE = b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
 _CHARSETS = re.compile(rb"(?:\x1b[()*+].|[\x0e\x0f])*\Z")  # the formatter's last words
 _MARGINS = re.compile(rb"\x1b\[(\d+);(\d+)r")
 # Back to the primary screen in a copy, to paint it: by 1049 if it was entered so (the
@@ -227,9 +228,9 @@ class GhosttyScreen:
         only a colour): an ECH with that colour for each run.
 
         Cells are read one by one through the C API (~2.5 us each), so only rows
-        without text are read, and on a screen with more than ``SCAN_CELLS`` of them only
-        their first and last cells (an erase of a whole row or of its end); an ECH of
-        the middle of an empty row is then lost.
+        without text are read, and on a screen with more than ``SCAN_CELLS`` of them a
+        row whose first and last cells agree is taken as erased whole (or blank): an
+        ECH of the middle of such a row is then lost.
         """
         plain = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN).decode("utf-8", "replace")
         empty = [y for y, row in enumerate(_rows(plain, self._rows)) if not row.strip()]
@@ -239,9 +240,12 @@ class GhosttyScreen:
         whole = len(empty) * self._cols <= SCAN_CELLS
         out = []
         for y in empty:
-            if not whole and cells.colour(0, y) is None \
-                    and cells.colour(self._cols - 1, y) is None:
-                continue
+            if not whole:
+                first, last = cells.colour(0, y), cells.colour(self._cols - 1, y)
+                if first == last:  # an erase of the whole row, or nothing: taken as such
+                    if first is not None:
+                        out.append(_ERASE % (y + 1, 1, first, self._cols))
+                    continue
             x = 0
             while x < self._cols:
                 colour = cells.colour(x, y)
@@ -249,7 +253,7 @@ class GhosttyScreen:
                 while end < self._cols and cells.colour(end, y) == colour:
                     end += 1
                 if colour is not None:
-                    out.append(b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX" % (y + 1, x + 1, colour, end - x))
+                    out.append(_ERASE % (y + 1, x + 1, colour, end - x))
                 x = end
         return b"".join(out) + (b"\x1b[0m" if out else b"")
 

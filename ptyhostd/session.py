@@ -266,14 +266,18 @@ class Session:
 
     # --- the terminal model -------------------------------------------------------------
 
-    def _new_screen(self, start: int) -> None:
-        """A fresh model, to be fed from ring offset ``start``, at the session's size."""
-        # Loaded here: the terminal model is not needed to start serving, and its import
-        # (pyte: a fifth of the host's start-up; pyghostty: ~0.3 s) would delay READY.
-        from . import engine
-        self.screen = engine.new_screen(self.cols, self.rows)
+    async def _new_screen(self, start: int) -> None:
+        """A fresh model, to be fed from ring offset ``start``, at the session's size.
+
+        Made in the screen pool: the first one loads the engine (pyghostty's import and
+        library load: ~0.3 s), which must not stall the loop."""
+        from . import engine, screenwork
+        cols, rows = self.cols, self.rows
+        self.screen = await screenwork.run(engine.new_screen, cols, rows)
         self.screen_pos = max(self.ring.tail, start)
-        self._resizes.clear()  # made at the size the session has now
+        self._resizes.clear()  # made at the size the session had
+        if (self.cols, self.rows) != (cols, rows):  # resized meanwhile
+            self._resizes.append((self.ring.head, self.cols, self.rows))
 
     def _plan(self, limit: int) -> list:
         """The next ``limit`` bytes of output for the model, with the resizes among them
@@ -303,7 +307,7 @@ class Session:
             ring = self.ring
             if self.screen is None or self.screen_pos < ring.tail \
                     or ring.head - self.screen_pos > SCREEN_CATCH_UP:
-                self._new_screen(ring.head - SCREEN_CATCH_UP)
+                await self._new_screen(ring.head - SCREEN_CATCH_UP)
             screen = self.screen
             if not await screenwork.run(screenwork.run_plan, screen, self._plan(limit)):
                 # Output that costs more than the budget to model: start again from the
@@ -315,7 +319,7 @@ class Session:
                                 "(%d times)", self.id, SCREEN_RESTART, self.screen_budget_hits,
                                 extra={"CLOWDER_SESSION": self.id,
                                        "CLOWDER_CAUSE": "screen-budget"})
-                self._new_screen(ring.head - SCREEN_RESTART)
+                await self._new_screen(ring.head - SCREEN_RESTART)
                 screen = self.screen
                 # Over budget again, the model stays as far as it got: ``_plan`` has moved
                 # ``screen_pos`` past these bytes either way, so they are not retried.
