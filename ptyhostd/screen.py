@@ -250,6 +250,9 @@ class Screen:
         return saved._replace(x=min(saved.x, self.cols - 1),
                               y=min(max(0, saved.y - shift), self.rows - 1))
 
+    def compact(self) -> None:
+        """Nothing to compress: pyte keeps no scrollback (the ring keeps raw output)."""
+
     def repaint(self) -> bytes:
         """VT bytes that bring a fresh terminal of this size to this state (see ``pending``)."""
         return screen_render.repaint(self)
