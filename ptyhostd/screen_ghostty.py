@@ -189,7 +189,7 @@ class GhosttyScreen:
             rows = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN).decode("utf-8", "replace")
             return "\n".join(r.rstrip() for r in _rows(rows, self._rows)) + "\n"
         if format == "ansi":
-            vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, pen=True)
+            vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT)
             return "\n".join(_rows(vt.decode("utf-8", "replace"), self._rows)) + "\n"
         if format == "html":
             return self.format(lib.GHOSTTY_FORMATTER_FORMAT_HTML).decode("utf-8", "replace")
@@ -206,25 +206,27 @@ class GhosttyScreen:
         """One ``ghostty_terminal_get`` value by its GHOSTTY_TERMINAL_DATA_ suffix."""
         return self._term.get(key, ctype)
 
-    def format(self, emit: int, extras: bool = False, pen: bool = False,
-               tail: bool = True, wide: bool = True) -> bytes:
-        """The active area through ghostty's formatter: ``extras`` adds the terminal
-        state a repaint needs (modes, margins, tab stops, keys, cursor, pen, charsets);
-        ``pen`` only the SGR of the cells; ``tail=False`` leaves out what the formatter
+    def format(self, emit: int, extras: bool = False, tail: bool = True,
+               wide: bool = True) -> bytes:
+        """The active area through ghostty's formatter (VT: cells with their SGR):
+        ``extras`` adds the terminal state a repaint needs (modes, margins, tab stops,
+        keys, cursor, pen, charsets); ``tail=False`` leaves out what the formatter
         writes after the cells (margins, cursor, pen, key flags, charsets);
         ``wide=False`` leaves out the terminal-wide modes and margins."""
         opts = _sized("GhosttyFormatterTerminalOptions")
         opts.emit = emit
         opts.unwrap, opts.trim = False, False
         e = opts.extra
-        # The palette is never sent: the formatter writes all 256 entries, set or not.
+        # No palette in VT: the formatter writes all 256 entries, set or not.
         e.tabstops = e.keyboard = extras
         e.modes = extras and wide
         e.scrolling_region = extras and tail and wide
         s = e.screen
         s.protection = extras
         s.cursor = s.kitty_keyboard = s.charsets = extras and tail
-        s.style = s.hyperlink = extras or pen or emit == lib.GHOSTTY_FORMATTER_FORMAT_HTML
+        s.style = s.hyperlink = extras and tail
+        # HTML names palette colours as CSS variables the palette block defines.
+        e.palette = emit == lib.GHOSTTY_FORMATTER_FORMAT_HTML
         sel = _sized("GhosttySelection")
         sel.start = self._term.ref(0, 0)[0]
         sel.end = self._term.ref(self._cols - 1, self._rows - 1)[0]

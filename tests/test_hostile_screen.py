@@ -160,8 +160,12 @@ def use_engine(host, engine: str) -> None:
     """Restart the host with ``engine`` as its sessions' terminal model."""
     host.drop_in(f"[Service]\nEnvironment=CLOWDER_SCREEN_ENGINE={engine}\n")
     pid = host.restart()
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        assert f"CLOWDER_SCREEN_ENGINE={engine}".encode() in f.read().split(b"\0")
+
+    def said() -> bool:
+        return f"screen engine: {engine} (asked for)" in host.run(
+            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=screen-engine",
+             f"_PID={pid}"]).stdout.decode(errors="replace")
+    wait_for(said, 15, f"the host to log that it runs the {engine} engine")
 
 
 ENGINES = ["ghostty", "pyte"]

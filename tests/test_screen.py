@@ -454,3 +454,65 @@ def test_repaint_of_a_blank_screen_is_short():
     repaint = Screen(200, 50).repaint()
     assert repaint.count(b"\x1b[K") == 50 and len(repaint) < 1024
     assert fed(b"").state()["primary"][0][0] == BLANK
+
+
+# Which engine the host uses (ptyhostd/engine.py).
+
+@pytest.fixture
+def fresh_engine(monkeypatch):
+    from ptyhostd import engine
+    monkeypatch.setattr(engine, "_factory", None)
+    monkeypatch.setattr(engine, "chosen", None)
+    return engine
+
+
+def test_the_engine_asked_for_is_used_and_a_wrong_one_refused(fresh_engine):
+    assert fresh_engine.choose("pyte") == "pyte"
+    assert isinstance(fresh_engine.new_screen(10, 3), Screen)
+    with pytest.raises(fresh_engine.EngineError, match="unknown screen engine 'vt52'"):
+        fresh_engine.choose("vt52")
+
+
+@pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not installed")
+def test_the_default_is_ghostty_when_installed_else_pyte(fresh_engine, monkeypatch):
+    assert fresh_engine.choose() == "ghostty"
+    assert isinstance(fresh_engine.new_screen(10, 3), GhosttyScreen)
+    monkeypatch.setattr(fresh_engine, "_factory", None)
+    real = fresh_engine.importlib.util.find_spec
+    monkeypatch.setattr(fresh_engine.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pyghostty" else real(name, *a))
+    assert fresh_engine.choose() == "pyte"
+    assert isinstance(fresh_engine.new_screen(10, 3), Screen)
+    with pytest.raises(fresh_engine.EngineError, match="needs pyghostty"):
+        fresh_engine.choose("ghostty")
+
+
+# ghostty's adapter: what its formatter leaves out, put back (screen_ghostty.py).
+
+ghostty_only = pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not installed")
+
+
+@ghostty_only
+@pytest.mark.parametrize("data", [
+    b"\x1b[44m\x1b[2J\x1b[0m\x1b[3;1Htext",  # rows holding only a colour
+    b"\x1b[2;3H\x1b[41m\x1b[2X\x1b[0m",  # a colour in the middle of an empty row
+    b"top\x1b[?1049h\x1b[2;4r\x1b[?6h\x1b[2;2Halt",  # primary under alt; origin mode
+    b"\x1b[?2026h\x1b[1;1Hmid-frame",  # in the program's synchronized update
+])
+def test_ghostty_repaint_restores_what_its_formatter_leaves_out(data):
+    watcher = fed(data, engine="ghostty")
+    copy = fed(watcher.repaint() + watcher.pending, watcher.cols, watcher.rows, "ghostty")
+    assert_same(copy.state(), watcher.state(), f"round trip of {data!r}")
+
+
+@ghostty_only
+def test_ghostty_snapshot_formats():
+    screen = fed("\x1b[1;31mred\x1b[0m <&> 中".encode(), engine="ghostty")
+    assert screen.snapshot("text").split("\n")[0] == "red <&> 中"
+    ansi = screen.snapshot("ansi")
+    assert "\x1b[1m\x1b[38;5;1mred\x1b[0m" in ansi and ansi.count("\n") == screen.rows
+    html = screen.snapshot("html")
+    assert "&lt;&amp;&gt;" in html and "font-weight: bold" in html
+    assert "var(--vt-palette-1)" in html and "--vt-palette-1:" in html
+    with pytest.raises(ValueError):
+        screen.snapshot("pdf")
