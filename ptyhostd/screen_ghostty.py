@@ -49,6 +49,8 @@ _PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b
            b"\x1b[H\x1b[2J"
 _EPILOGUE = b"\x1b[?2026l"
 _ERASE = b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+MAX_TITLE = 4096  # characters of a title a repaint sends (as screen.py keeps)
 _CHARSETS = re.compile(rb"(?:\x1b[()*+].|[\x0e\x0f])*\Z")  # the formatter's last words
 _MARGINS = re.compile(rb"\x1b\[(\d+);(\d+)r")
 # Back to the primary screen in a copy, to paint it: by 1049 if it was entered so (the
@@ -153,6 +155,9 @@ class GhosttyScreen:
                 # since the formatter paints the cells from a default pen.
                 out += primary._painted(inactive=True) + [b"\x1b[0m"]
         out += self._painted()
+        title = self.title
+        if title:
+            out.append(b"\x1b]2;" + title.encode() + b"\x1b\\")
         if self.get("cursor_visible", "bool"):
             out.append(b"\x1b[?25h")
         if not self._term.mode(2026):  # in a program's own synchronized update, it ends it
@@ -201,6 +206,16 @@ class GhosttyScreen:
     def alt(self) -> bool:
         """Whether the alternate screen is active."""
         return self.get("active_screen", "int") == lib.GHOSTTY_TERMINAL_SCREEN_ALTERNATE
+
+    @property
+    def title(self) -> str:
+        """The window title (OSC 0/2), without controls, at most ``MAX_TITLE`` characters."""
+        out = ffi.new("GhosttyString*")
+        if lib.ghostty_terminal_get(self._t, lib.GHOSTTY_TERMINAL_DATA_TITLE, out) \
+                or not out.len:
+            return ""
+        text = ffi.buffer(out.ptr, out.len)[:].decode("utf-8", "replace")
+        return _CONTROLS.sub("", text)[:MAX_TITLE]
 
     def get(self, key: str, ctype: str = "uint16_t"):
         """One ``ghostty_terminal_get`` value by its GHOSTTY_TERMINAL_DATA_ suffix."""
@@ -323,7 +338,7 @@ class GhosttyScreen:
         return {
             "size": (self._cols, self._rows), "alt": self.alt,
             "active": active, "primary": primary,
-            "text": self.snapshot("text"),
+            "text": self.snapshot("text"), "title": self.title,
             "cursor": self._term.cursor,
             "pending_wrap": self.get("cursor_pending_wrap", "bool"),
             "cursor_visible": self.get("cursor_visible", "bool"),

@@ -498,6 +498,7 @@ ghostty_only = pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not i
     b"\x1b[2;3H\x1b[41m\x1b[2X\x1b[0m",  # a colour in the middle of an empty row
     b"top\x1b[?1049h\x1b[2;4r\x1b[?6h\x1b[2;2Halt",  # primary under alt; origin mode
     b"\x1b[?2026h\x1b[1;1Hmid-frame",  # in the program's synchronized update
+    b"\x1b]2;a title\x07text",  # the title, which the formatter does not write
 ])
 def test_ghostty_repaint_restores_what_its_formatter_leaves_out(data):
     watcher = fed(data, engine="ghostty")
