@@ -49,6 +49,7 @@ _PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b
            b"\x1b[H\x1b[2J"
 _EPILOGUE = b"\x1b[?2026l"
 _ERASE = b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
+_URI_CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_TITLE = 4096  # characters of a title a repaint sends (as screen.py keeps)
 _CHARSETS = re.compile(rb"(?:\x1b[()*+].|[\x0e\x0f])*\Z")  # the formatter's last words
@@ -186,7 +187,7 @@ class GhosttyScreen:
             top = int(margin.group(1)) if margin else 1
             x, y = self._term.cursor
             tail += b"\x1b[?6h\x1b[%d;%dH" % (y + 2 - top, x + 1)
-        return [head, self.blank_colours(), tail]
+        return [head, self.blank_colours(), self.hyperlinks(), tail]
 
     def snapshot(self, format: str = "text") -> str:
         """The active screen as ``text``, ``ansi`` (SGR, no cursor moves) or ``html``."""
@@ -222,12 +223,13 @@ class GhosttyScreen:
         return self._term.get(key, ctype)
 
     def format(self, emit: int, extras: bool = False, tail: bool = True,
-               wide: bool = True) -> bytes:
+               wide: bool = True, box: Optional[tuple] = None) -> bytes:
         """The active area through ghostty's formatter (VT: cells with their SGR):
         ``extras`` adds the terminal state a repaint needs (modes, margins, tab stops,
         keys, cursor, pen, charsets); ``tail=False`` leaves out what the formatter
         writes after the cells (margins, cursor, pen, key flags, charsets);
-        ``wide=False`` leaves out the terminal-wide modes and margins."""
+        ``wide=False`` leaves out the terminal-wide modes and margins; ``box``: only the
+        cells from (x0, y0) to (x1, y1) instead of the whole area."""
         opts = _sized("GhosttyFormatterTerminalOptions")
         opts.emit = emit
         opts.unwrap, opts.trim = False, False
@@ -243,8 +245,9 @@ class GhosttyScreen:
         # HTML names palette colours as CSS variables the palette block defines.
         e.palette = emit == lib.GHOSTTY_FORMATTER_FORMAT_HTML
         sel = _sized("GhosttySelection")
-        sel.start = self._term.ref(0, 0)[0]
-        sel.end = self._term.ref(self._cols - 1, self._rows - 1)[0]
+        x0, y0, x1, y1 = box or (0, 0, self._cols - 1, self._rows - 1)
+        sel.start = self._term.ref(x0, y0)[0]
+        sel.end = self._term.ref(x1, y1)[0]
         opts.selection = sel
         fmt = ffi.new("GhosttyFormatter*")
         _check(lib.ghostty_formatter_terminal_new(ffi.NULL, fmt, self._t, opts[0]),
@@ -288,6 +291,35 @@ class GhosttyScreen:
                 if colour is not None:
                     out.append(_ERASE % (y + 1, x + 1, colour, end - x))
                 x = end
+        return b"".join(out) + (b"\x1b[0m" if out else b"")
+
+    def links(self) -> list:
+        """(row, first column, last column, URI) of each run of cells in one OSC 8
+        hyperlink; only the rows ghostty marks as holding one are read."""
+        cells = _Cells(self)
+        runs = []
+        for y in range(self._rows):
+            if not cells.has_link(y):
+                continue
+            x = 0
+            while x < self._cols:
+                uri = cells.uri(x, y)
+                end = x + 1
+                while end < self._cols and cells.uri(end, y) == uri:
+                    end += 1
+                if uri:
+                    runs.append((y, x, end - 1, uri))
+                x = end
+        return runs
+
+    def hyperlinks(self) -> bytes:
+        """VT bytes that write the hyperlinked cells again inside their OSC 8 (ghostty's
+        formatter writes their text without it)."""
+        out = []
+        for y, x0, x1, uri in self.links():
+            cells = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, box=(x0, y, x1, y))
+            out.append(b"\x1b[%d;%dH\x1b]8;;%s\x1b\\%s\x1b]8;;\x1b\\"
+                       % (y + 1, x0 + 1, uri, cells))
         return b"".join(out) + (b"\x1b[0m" if out else b"")
 
     def encode(self) -> bytes:
@@ -338,7 +370,7 @@ class GhosttyScreen:
         return {
             "size": (self._cols, self._rows), "alt": self.alt,
             "active": active, "primary": primary,
-            "text": self.snapshot("text"), "title": self.title,
+            "text": self.snapshot("text"), "title": self.title, "links": self.links(),
             "cursor": self._term.cursor,
             "pending_wrap": self.get("cursor_pending_wrap", "bool"),
             "cursor_visible": self.get("cursor_visible", "bool"),
@@ -372,12 +404,37 @@ class _Cells:
         self._tag = ffi.new("GhosttyCellContentTag*")
         self._index = ffi.new("uint8_t*")
         self._rgb = ffi.new("GhosttyColorRgb*")
+        self._row = ffi.new("GhosttyRow*")
+        self._flag = ffi.new("bool*")
+
+    def _at(self, x: int, y: int) -> bool:
+        """Point the reference at a cell; False if there is none."""
+        self._pt.value.x, self._pt.value.y = x, y
+        return not _Cells._grid_ref(self._t, self._pt[0], self._ref)
+
+    def has_link(self, y: int) -> bool:
+        """Whether row ``y`` holds a hyperlinked cell (a flag ghostty keeps per row)."""
+        if not self._at(0, y) or lib.ghostty_grid_ref_row(self._ref, self._row):
+            return False
+        lib.ghostty_row_get(self._row[0], lib.GHOSTTY_ROW_DATA_HYPERLINK, self._flag)
+        return bool(self._flag[0])
+
+    def uri(self, x: int, y: int) -> bytes:
+        """The OSC 8 URI of a cell, without controls; b"" if it has none."""
+        if not self._at(x, y):
+            return b""
+        n = ffi.new("size_t*")
+        if lib.ghostty_grid_ref_hyperlink_uri(self._ref, ffi.NULL, 0, n) \
+                not in (0, lib.GHOSTTY_OUT_OF_SPACE) or not n[0]:
+            return b""
+        buf = ffi.new("uint8_t[]", n[0])
+        if lib.ghostty_grid_ref_hyperlink_uri(self._ref, buf, n[0], n):
+            return b""
+        return _URI_CONTROLS.sub(b"", ffi.buffer(buf, n[0])[:])
 
     def colour(self, x: int, y: int) -> Optional[bytes]:
         """The SGR 48 tail of a colour-only cell (``5;N`` or ``2;R;G;B``), else None."""
-        self._pt.value.x, self._pt.value.y = x, y
-        if _Cells._grid_ref(self._t, self._pt[0], self._ref) \
-                or lib.ghostty_grid_ref_cell(self._ref, self._cell):
+        if not self._at(x, y) or lib.ghostty_grid_ref_cell(self._ref, self._cell):
             return None
         cell = self._cell[0]
         lib.ghostty_cell_get(cell, lib.GHOSTTY_CELL_DATA_CONTENT_TAG, self._tag)

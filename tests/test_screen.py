@@ -499,6 +499,7 @@ ghostty_only = pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not i
     b"top\x1b[?1049h\x1b[2;4r\x1b[?6h\x1b[2;2Halt",  # primary under alt; origin mode
     b"\x1b[?2026h\x1b[1;1Hmid-frame",  # in the program's synchronized update
     b"\x1b]2;a title\x07text",  # the title, which the formatter does not write
+    b"a \x1b]8;;http://example.com\x1b\\\x1b[1mlink\x1b]8;;\x1b\\ b",  # OSC 8 hyperlinks
 ])
 def test_ghostty_repaint_restores_what_its_formatter_leaves_out(data):
     watcher = fed(data, engine="ghostty")
