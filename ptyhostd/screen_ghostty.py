@@ -1,7 +1,7 @@
 """The terminal model of a session on libghostty-vt (``pyghostty``), behind Screen's seam.
 
 The same seam as ``screen.Screen`` (``feed``, ``resize``, ``cols``/``rows``,
-``pending``, ``repaint()``, ``snapshot()``, ``errors``, ``work``), but the cells, the
+``pending``, ``repaint()``, ``snapshot()``, ``errors``, ``work``, ``compact()``), but the cells, the
 parser and the renderers are ghostty's, in C: it is fed at tens of MB/s and releases the
 GIL during each call (cffi in ABI mode), so a worker thread feeding it does not hold up
 the event loop the way pyte does.
@@ -10,9 +10,11 @@ the event loop the way pyte does.
   the bytes of the sequence or UTF-8 character the parser is in the middle of.
 - ``repaint()`` is ghostty's VT formatter over the active area, with the modes,
   scrolling region, tab stops, keyboard flags, cursor, pen and charsets it knows how to
-  emit.  The formatter only sees the active screen, so while the alternate screen is
-  active the primary one is formatted from a copy of the terminal (ghostty's binary
-  snapshot decoded into a second terminal, switched back to the primary screen there).
+  emit, and what it leaves out put back: the primary screen under an active alternate
+  one (the formatter sees only the active screen: it is formatted from a copy, ghostty's
+  binary snapshot decoded into a second terminal and switched back there), rows holding
+  only a background colour, OSC 8 hyperlinks, the title, origin mode (set last) and a
+  synchronized update the program is in.  ``tests/test_screen.py`` has a case for each.
 - Queries the program sends are answered by no one (no reply callback is set): a
   repaint is rebuilt from state and never re-sends them.
 
@@ -44,7 +46,7 @@ SCAN_CELLS = 500  # cells of rows without text read one by one for a repaint (~5
 WORK_PER_SECOND = 4_000_000
 # A repaint starts from a known state, as screen_render's does: a synchronized update,
 # cursor hidden, primary screen, no pen, no charsets, no insert, origin or margins,
-# and the screen and its scrollback cleared (the formatter paints from the top).
+# and the screen cleared (the formatter paints from the top, skipping blank cells).
 _PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r" \
            b"\x1b[H\x1b[2J"
 _EPILOGUE = b"\x1b[?2026l"
@@ -166,8 +168,8 @@ class GhosttyScreen:
         return b"".join(out)
 
     def _painted(self, inactive: bool = False) -> list:
-        """The formatter's repaint of the active screen with the coloured blank rows
-        put in after the cells, before the margins, cursor and pen that follow them.
+        """The formatter's repaint of the active screen with the coloured blank rows and
+        the hyperlinks put in after the cells, before the margins, cursor and pen.
         ``inactive``: the primary screen painted under an active alternate one, without
         the terminal-wide modes and margins (its 1049 would paint it on the alternate
         screen, its margins would scroll the alternate screen's painting)."""
