@@ -69,7 +69,7 @@ class Adoption:
         host.input_seq = inputseq.InputSeqTable.start(stored.pop(inputseq.NAME, []))
         await host._adopt(records, stored, save_now=not valid)
         for fd in stored.get(handoff.SCREENS, []):
-            host._seed_screens(handoff.unpack_screens(fd))
+            host._spawn_task(host._seed_screens(handoff.unpack_screens(fd)))
         host._spawn_task(host.keep_screens())
         return host
 

@@ -73,6 +73,13 @@ def factory():
     return _factory
 
 
+def follows_output() -> bool:
+    """Whether models are fed as output arrives (ghostty: it parses ~20 MB/s in C with
+    the GIL released) rather than only on demand and while quiet (pyte: ~1 MB/s of
+    Python, which fed every byte would starve the loop that forwards them)."""
+    return chosen == "ghostty"
+
+
 def preload() -> None:
     """Load the engine and make its first model and renders (in the screen pool, after
     READY): ghostty's first text and VT format cost ~40 and ~17 ms of cffi look-ups,

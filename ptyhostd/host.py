@@ -93,24 +93,38 @@ class Host(Adoption):
                                       extra={"CLOWDER_SESSION": s.id,
                                              "CLOWDER_CAUSE": "screen-failed"})
 
-    def _seed_screens(self, screens: dict[str, dict]) -> None:
-        """Rebuild the models handed over as VT bytes (a repaint, fed to a fresh model)."""
+    async def _seed_screens(self, screens: dict[str, dict]) -> None:
+        """Rebuild the models handed over as VT bytes (a repaint, fed to a fresh model).
+
+        After the start, in the screen pool, one session at a time under its model's
+        lock: with every session's model kept (ghostty follows all output), seeding a
+        thousand on the loop before serving would lengthen the hand-off's blackout."""
+        from . import screenwork
+        from .engine import new_screen
+
+        def seeded(cols: int, rows: int, vt: bytes):
+            screen = new_screen(cols, rows)
+            screen.feed(vt)
+            return screen
+        done = 0
         for sid, sc in screens.items():
             s = self.sessions.get(sid)
-            if s is None or s.state != "running" or sc["pos"] < s.ring.tail:
+            if s is None or s.state != "running":
                 continue
-            from . import engine  # the model: loaded when first needed, not at start
-            try:
-                s.screen = engine.new_screen(sc["cols"], sc["rows"])
-                s.screen.feed(sc["vt"])
-                s.screen_pos = sc["pos"]
-            except Exception as exc:  # rebuilt from the ring at the next attach
-                s.screen, s.screen_pos = None, 0
-                log.warning("session %s: its screen from the hand-off is unusable: %s",
-                            sid, exc, extra={"CLOWDER_SESSION": sid,
-                                             "CLOWDER_CAUSE": "handoff"})
+            async with s._screen_lock:
+                if s.screen is not None or sc["pos"] < s.ring.tail:
+                    continue  # made from the ring meanwhile, or its bytes are gone
+                try:
+                    s.screen = await screenwork.run(seeded, sc["cols"], sc["rows"], sc["vt"])
+                    s.screen_pos = sc["pos"]
+                    done += 1
+                except Exception as exc:  # rebuilt from the ring when next needed
+                    s.screen, s.screen_pos = None, 0
+                    log.warning("session %s: its screen from the hand-off is unusable: %s",
+                                sid, exc, extra={"CLOWDER_SESSION": sid,
+                                                 "CLOWDER_CAUSE": "handoff"})
         if screens:
-            log.info("%d screens carried across the hand-off", len(screens),
+            log.info("%d screens carried across the hand-off", done,
                      extra={"CLOWDER_CAUSE": "handoff"})
 
     # --- persistence -------------------------------------------------------------------

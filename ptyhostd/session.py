@@ -22,7 +22,7 @@ import select
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from . import protocol
+from . import engine, protocol
 from .fd import Fd
 from .inputqueue import InputQueue
 from .ring import Ring
@@ -44,6 +44,10 @@ SCREEN_CATCH_UP = 256 * 1024
 # of the newest bytes.
 SCREEN_RESTART = 16 * 1024
 MAX_RESIZES = 64  # resizes kept for a model not yet fed up to them
+# An engine that releases the GIL while it parses (ghostty: engine.follows_output) is fed
+# as output arrives, at most this much per turn in the screen pool, so a repaint,
+# snapshot or history is a read of a current model, whatever came before.
+FOLLOW_CHUNK = 256 * 1024
 # A terminal client this far behind is repainted rather than sent what it missed.
 RESYNC_AFTER = 1 << 20
 
@@ -157,6 +161,7 @@ class Session:
         self._resizes: list[tuple[int, int, int]] = []  # (ring offset, cols, rows) to apply
         self._screen_lock = asyncio.Lock()
         self.screen_budget_hits = 0
+        self._following: Optional[asyncio.Task] = None  # the model being fed as output comes
         self.last_output = 0.0
         self.size_owner: Optional[Attachment] = None  # the client that typed last
         self.input = InputQueue(self)  # what its writers sent that the pty has not taken
@@ -234,6 +239,9 @@ class Session:
             data = ring.read(start, start + got)
             for att in self.attachments:
                 att.push(start, data)
+        if got and self._following is None and self._loop is not None \
+                and engine.follows_output():
+            self._following = self._loop.create_task(self._follow())
         return got
 
     def on_readable(self) -> None:
@@ -296,6 +304,20 @@ class Session:
         self.screen_pos = max(pos, end)
         return plan
 
+    async def _follow(self) -> None:
+        """Feed the model what came since it was last fed, until it has everything: the
+        engine parses in the screen pool with the GIL released, so the loop keeps
+        forwarding meanwhile; output that comes faster than it parses is skipped to the
+        newest SCREEN_CATCH_UP bytes (screen_call), never queued without bound."""
+        try:
+            while self.master is not None and self.screen_pos < self.ring.head:
+                await self.screen_call(limit=FOLLOW_CHUNK)
+        except Exception:
+            log.exception("session %s: feeding its terminal model failed", self.id,
+                          extra={"CLOWDER_SESSION": self.id, "CLOWDER_CAUSE": "screen-failed"})
+        finally:
+            self._following = None
+
     async def screen_call(self, what: Optional[Callable] = None,
                           limit: int = SCREEN_CATCH_UP):
         """Feed the model up to ``limit`` more bytes of what the ring holds, then return
@@ -324,6 +346,8 @@ class Session:
                 # Over budget again, the model stays as far as it got: ``_plan`` has moved
                 # ``screen_pos`` past these bytes either way, so they are not retried.
                 await screenwork.run(screenwork.run_plan, screen, self._plan(SCREEN_RESTART))
+            if what is None:
+                return None, self.screen_pos  # fed only (one hop to the pool less)
             result = await screenwork.run(screenwork.render, screen, what)
             return result, self.screen_pos
 

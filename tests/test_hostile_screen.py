@@ -221,13 +221,12 @@ def _html_or_too_large(host, sid: str):
 @pytest.mark.parametrize("host", ["system"], indirect=True)
 def test_many_bombs_at_once_leave_echo_quick(host, engine):
     """Every bomb in its own session, all modelled at once: the host is busy for seconds
-    in its screen threads, and a keystroke's echo still comes back at once."""
+    in its screen threads, and a keystroke's echo still comes back at once.  The echo is
+    timed from before the bombs are written (an engine that follows output, ghostty,
+    models them as they come) until their snapshots are answered (pyte models them then)."""
     use_engine(host, engine)
     echo = Echo(host)
     try:
-        sids = [host.spawn(*bomb_argv(name), size=f"{COLS}x{ROWS}") for name in BOMBS]
-        for sid in sids:
-            wait_for(lambda: b"BOMB-END" in host.backlog(sid), 60, "the bombs written")
         errors: list = []
 
         def snapshot(sid):
@@ -235,8 +234,11 @@ def test_many_bombs_at_once_leave_echo_quick(host, engine):
                 ask(host, P.GetSnapshot(session=sid), P.SnapshotData, timeout=120)
             except Exception as exc:  # reported below, in the test's thread
                 errors.append(exc)
-        threads = [threading.Thread(target=snapshot, args=(sid,)) for sid in sids]
         with echo:
+            sids = [host.spawn(*bomb_argv(name), size=f"{COLS}x{ROWS}") for name in BOMBS]
+            for sid in sids:
+                wait_for(lambda: b"BOMB-END" in host.backlog(sid), 60, "the bombs written")
+            threads = [threading.Thread(target=snapshot, args=(sid,)) for sid in sids]
             for t in threads:
                 t.start()
             for t in threads:
