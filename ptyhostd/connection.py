@@ -280,8 +280,9 @@ class Connection(asyncio.Protocol):
         elif isinstance(msg, P.Attach):
             await self._attach(msg)
         elif isinstance(msg, P.GetSnapshot):
-            if msg.format not in ("text", "ansi", "html"):
-                raise RequestError(f"unknown snapshot format {msg.format!r}", "bad-request")
+            if msg.format not in SNAPSHOT_FORMATS:
+                raise RequestError(f"unknown snapshot format {_show(msg.format)}: one of "
+                                   f"{', '.join(SNAPSHOT_FORMATS)}", "bad-request")
             s = self._session(msg.session)
             text, _ = await s.screen_call(functools.partial(_snapshot, format=msg.format))
             if len(text) > P.MAX_DATA:
@@ -418,6 +419,10 @@ class Connection(asyncio.Protocol):
                 tok.conn = None
             self.attachment.session.attachments.discard(self.attachment)
             self.attachment = None
+
+
+# GetSnapshot's formats (screen.SNAPSHOT_FORMATS; the model is not imported to check).
+SNAPSHOT_FORMATS = ("text", "ansi", "html", "json")
 
 
 def _snapshot(screen, format: str) -> bytes:

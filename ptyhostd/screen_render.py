@@ -1,6 +1,7 @@
 """Cells, and how a screen is written out: a repaint as VT bytes, text, ANSI or HTML.
 
-A cell is pyte's ``Char`` with two more attributes (dim and hidden, which pyte drops).
+A cell is pyte's ``Char`` with three more attributes (dim and hidden, which pyte drops,
+and the underline's style).
 Colours are ``"default"``, one of the sixteen names in ``NAMES`` (pyte's, including
 its ``brown`` for yellow), ``"iN"`` for entry N of the 256-colour palette, or six hex
 digits for a true colour.
@@ -37,6 +38,9 @@ class Cell(NamedTuple):
     blink: bool = False
     dim: bool = False
     hidden: bool = False
+    # The underline's style while ``underscore`` is set (SGR 4:N): 0 plain (SGR 4, 4:1),
+    # 2 double (SGR 21, 4:2), 3 curly, 4 dotted, 5 dashed.
+    ul_style: int = 0
 
 
 BLANK = Cell(" ")
@@ -69,8 +73,9 @@ def sgr(attrs: tuple) -> str:
     """The SGR sequence that sets exactly ``attrs`` (a cell without its text), from any state."""
     cell = Cell(" ", *attrs)
     params = ["0"]
+    underline = "4" if not cell.ul_style else f"4:{cell.ul_style}"
     for flag, code in ((cell.bold, "1"), (cell.dim, "2"), (cell.italics, "3"),
-                       (cell.underscore, "4"), (cell.blink, "5"), (cell.reverse, "7"),
+                       (cell.underscore, underline), (cell.blink, "5"), (cell.reverse, "7"),
                        (cell.hidden, "8"), (cell.strikethrough, "9")):
         if flag:
             params.append(code)
@@ -121,7 +126,7 @@ def row_cells(line, cols: int):
         data = cell.data
         if not data:
             yield cell._replace(data=" "), x, False
-        elif data > "~" and (len(data) > 1 or is_wide(data)):
+        elif len(data) > 1 or data > "~" and is_wide(data):
             if is_wide(data):
                 covered = x + 1
             yield cell, x, True
@@ -142,7 +147,9 @@ def write_cells(out: list, run: list, x: int) -> None:
             continue
         data = cell.data or " "
         out.append(data)
-        if data > "~" and (len(data) > 1 or is_wide(data)):
+        # A cell of more than one code point (a cluster; a space and a ZWJ too) is
+        # followed by a cursor move, which also ends the cluster for a model fed this.
+        if len(data) > 1 or data > "~" and is_wide(data):
             width = 2 if is_wide(data) else 1
             if width == 2 and i + 1 < len(run) and not run[i + 1].data:
                 skip = i + 1
@@ -202,6 +209,17 @@ def place_cursor(out: list, grid, buffer, x: int, y: int, origin_top: int) -> No
     out.append(f"\x1b[{y - origin_top + 1};{x + 1}H")
     out.append(sgr(cell[1:]))
     out.append(cell.data or " ")
+
+
+def reopen_cluster(out: list, grid, buffer, origin_top: int) -> None:
+    """Rewrite the cell before the cursor if the next text may still join it (a ZWJ or a
+    lone regional indicator at its end): an attach in the middle of a ZWJ sequence or a
+    flag then gets the rest of it into the same cell.  Only SGR and mode changes follow."""
+    x = grid.open_cluster()
+    if x is None:
+        return
+    cell = buffer_row(buffer, grid.cursor.y)[x]
+    out.append(f"\x1b[{grid.cursor.y - origin_top + 1};{x + 1}H{sgr(cell[1:])}{cell.data}")
 
 
 def designations(g0: str, g1: str) -> str:
@@ -335,6 +353,7 @@ def repaint(screen) -> bytes:
     place_cursor(out, grid, active, grid.cursor.x, grid.cursor.y, top if 6 in modes else 0)
     out.append(designations(grid.g0_charset, grid.g1_charset))
     out.append("\x0e" if grid.charset else "\x0f")
+    reopen_cluster(out, grid, active, top if 6 in modes else 0)
     out.append(sgr(grid.cursor.attrs[1:]))
     if 4 in ansi_modes:
         out.append("\x1b[4h")
@@ -342,6 +361,36 @@ def repaint(screen) -> bytes:
     if 2026 not in modes:
         out.append("\x1b[?2026l")
     return "".join(out).encode("utf-8", "replace")
+
+
+def _json_colour(colour: str):
+    """A cell colour as the JSON snapshot gives it: None, a palette index or #rrggbb."""
+    if colour == "default":
+        return None
+    index = _NAME_INDEX.get(colour)
+    if index is not None:
+        return index
+    return int(colour[1:]) if colour[0] == "i" else "#" + colour
+
+
+@functools.lru_cache(maxsize=1024)
+def view_style(attrs: tuple):
+    """A cell's attributes (without its text) as an engine-neutral ``screen_json.Style``."""
+    from .screen_json import Style
+    cell = Cell(" ", *attrs)
+    return Style(fg=_json_colour(cell.fg), bg=_json_colour(cell.bg), bold=cell.bold,
+                 dim=cell.dim, italic=cell.italics,
+                 underline=(cell.ul_style or 1) if cell.underscore else 0, blink=cell.blink,
+                 reverse=cell.reverse, strikethrough=cell.strikethrough, hidden=cell.hidden)
+
+
+def view_rows(screen) -> list:
+    """The active screen's rows as lists of ``screen_json.ViewCell``."""
+    from .screen_json import ViewCell
+    grid = screen._grid
+    return [[ViewCell(x, cell.data, 2 if is_wide(cell.data) else 1, view_style(cell[1:]))
+             for cell, x, _risky in row_cells(buffer_row(grid.buffer, y), grid.columns)]
+            for y in range(grid.lines)]
 
 
 def _visible_rows(screen):
@@ -399,6 +448,9 @@ def _html_colour(colour: str, default: str) -> str:
     return colour
 
 
+_CSS_LINE_STYLES = {2: "double", 3: "wavy", 4: "dotted", 5: "dashed"}
+
+
 @functools.lru_cache(maxsize=256)
 def _css(attrs: tuple) -> str:
     """Inline CSS for a cell's attributes."""
@@ -417,6 +469,8 @@ def _css(attrs: tuple) -> str:
                                      (cell.strikethrough, "line-through")) if flag]
     if lines:
         style.append("text-decoration:" + " ".join(lines))
+        if cell.underscore and cell.ul_style in _CSS_LINE_STYLES:
+            style.append("text-decoration-style:" + _CSS_LINE_STYLES[cell.ul_style])
     return ";".join(style)
 
 
