@@ -61,14 +61,14 @@ def test_json_snapshot_reads_back_what_the_program_set(host):
                                          "focus", "autowrap", "origin", "keyboard")} == {
         "application_cursor": True, "application_keypad": True, "bracketed_paste": True,
         "mouse": "button", "mouse_encoding": "sgr", "focus": True, "autowrap": True,
-        "origin": False, "keyboard": 5}, doc["modes"]
+        "origin": False, "keyboard": 0}, doc["modes"]  # the alternate screen's own stack
 
     # The same program, then back to the primary screen: its attributes as set.
     sid2 = host.spawn("sh", "-c", f"printf '{PROGRAM}\\033[?1049l'; exec sleep 100000",
                       size="60x12")
     wait_for(lambda: b"\x1b[?1049l" in host.backlog(sid2), 10, "the program's output")
     doc = snapshot(host, sid2)
-    assert doc["modes"]["alternate_screen"] is False
+    assert doc["modes"]["alternate_screen"] is False and doc["modes"]["keyboard"] == 5
     assert doc["cursor"]["x"] == 6 and doc["cursor"]["y"] == 4, doc["cursor"]
     assert cell_at(doc, 0, 0) == ("b", {"fg": 1, "bold": True})
     assert cell_at(doc, 9, 0) == ("a", {"dim": True, "italic": True, "blink": True,
