@@ -405,6 +405,7 @@ class Connection(asyncio.Protocol):
                 if s.size_owner in (att, None) or s.size_owner not in s.attachments:
                     s.size_owner = att
                     self.host.resize(s, msg.cols, msg.rows)
+                att.follow_size()  # not the owner: its frames follow its own size
         except RequestError as exc:
             self.send(protocol.Error(message=str(exc), code=exc.code))
             if not self._writable.is_set():
