@@ -92,8 +92,11 @@ def _spans(row: list, styles: dict) -> list:
     spans: list = []
     run: Optional[dict] = None
     end = -1  # the column after the last cell of ``run``
+    style, index = None, 0
     for cell in row:
-        index = styles.setdefault(cell.style, len(styles))
+        if cell.style is not style:  # engines hand out one Style object for a run
+            style = cell.style
+            index = styles.setdefault(style, len(styles))
         single = cell.width == 1 and len(cell.text) == 1
         if single and run is not None and run["style"] == index and cell.x == end:
             run["text"] += cell.text

@@ -388,9 +388,17 @@ def view_rows(screen) -> list:
     """The active screen's rows as lists of ``screen_json.ViewCell``."""
     from .screen_json import ViewCell
     grid = screen._grid
-    return [[ViewCell(x, cell.data, 2 if is_wide(cell.data) else 1, view_style(cell[1:]))
-             for cell, x, _risky in row_cells(buffer_row(grid.buffer, y), grid.columns)]
-            for y in range(grid.lines)]
+    rows = []
+    attrs, style = None, None
+    for y in range(grid.lines):
+        row = []
+        for cell, x, risky in row_cells(buffer_row(grid.buffer, y), grid.columns):
+            if _ATTRS(cell) != attrs:  # neighbours mostly share attributes: one look-up
+                attrs = _ATTRS(cell)
+                style = view_style(attrs)
+            row.append(ViewCell(x, cell.data, 2 if risky and is_wide(cell.data) else 1, style))
+        rows.append(row)
+    return rows
 
 
 def _visible_rows(screen):
