@@ -39,6 +39,7 @@ from .screen_render import BLANK, Cell, NAMES, CHARSET_CODES
 MAX_STRING = 64 * 1024  # longest OSC/DCS held whole; longer ones are skipped to their end
 MAX_PARAMS = 1024  # a longer unfinished CSI is garbage, not a sequence to wait for
 MAX_TITLE = 4096  # characters of a title kept (ten of them on the title stack)
+MAX_LINK = 2048  # characters of an OSC 8 hyperlink kept (params and URI); longer: no link
 MAX_COLOUR_SPEC = 64  # a colour spec is short ("rgb:ffff/ffff/ffff"); longer ones are ignored
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 _CSI = re.compile(rb"\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])")
@@ -120,8 +121,8 @@ def apply_sgr(attrs: Cell, params: list) -> Cell:
                 change["ul_style"] = style if 2 <= style <= 5 else 0
             continue
         code = p or 0
-        if code == 0:
-            change = dict(zip(Cell._fields[1:], BLANK[1:]))
+        if code == 0:  # everything but the hyperlink (OSC 8 alone starts and ends one)
+            change = dict(zip(Cell._fields[1:-1], BLANK[1:-1]))
         elif code in _FLAGS:
             name, value = _FLAGS[code]
             change[name] = value
@@ -657,10 +658,22 @@ class Screen:
         top = self._keys[-1]
         self._keys[-1] = flags if how == 1 else top | flags if how == 2 else top & ~flags
 
+    def _hyperlink(self, text: str) -> None:
+        """OSC 8 ; params ; uri: the text drawn next is part of that link (an empty uri
+        ends it).  Kept as written, params included (``id=`` groups a link's cells)."""
+        params, sep, uri = text.partition(";")
+        cursor = self._grid.cursor
+        if not sep or not uri or len(text) > MAX_LINK or not text.isprintable():
+            cursor.attrs = cursor.attrs._replace(link="")
+        else:
+            cursor.attrs = cursor.attrs._replace(link=text)
+
     def _osc(self, body: bytes) -> None:
         """An OSC string: titles and colours; queries (``?``) and the rest are ignored."""
         code, _, text = body.decode("utf-8", "replace").partition(";")
-        if code in ("0", "1", "2"):
+        if code == "8":
+            self._hyperlink(text)
+        elif code in ("0", "1", "2"):
             text = text[:MAX_TITLE]
             if code != "2":
                 self.icon_name = text

@@ -1,7 +1,7 @@
 """Cells, and how a screen is written out: a repaint as VT bytes, text, ANSI or HTML.
 
-A cell is pyte's ``Char`` with three more attributes (dim and hidden, which pyte drops,
-and the underline's style).
+A cell is pyte's ``Char`` with four more attributes (dim and hidden, which pyte drops,
+the underline's style and the OSC 8 hyperlink).
 Colours are ``"default"``, one of the sixteen names in ``NAMES`` (pyte's, including
 its ``brown`` for yellow), ``"iN"`` for entry N of the 256-colour palette, or six hex
 digits for a true colour.
@@ -41,6 +41,8 @@ class Cell(NamedTuple):
     # The underline's style while ``underscore`` is set (SGR 4:N): 0 plain (SGR 4, 4:1),
     # 2 double (SGR 21, 4:2), 3 curly, 4 dotted, 5 dashed.
     ul_style: int = 0
+    # The OSC 8 hyperlink the cell is part of, as the program set it ("params;uri"), or "".
+    link: str = ""
 
 
 BLANK = Cell(" ")
@@ -83,6 +85,21 @@ def sgr(attrs: tuple) -> str:
         if colour != "default":
             params.append(colour_sgr(colour, base))
     return "\x1b[" + ";".join(params) + "m"
+
+
+def hyperlink(link: str) -> str:
+    """The OSC 8 that starts hyperlink ``link`` ("params;uri"), or ends one if empty."""
+    return f"\x1b]8;{link}\x1b\\" if link else "\x1b]8;;\x1b\\"
+
+
+def set_attrs(out: list, attrs: tuple, current) -> None:
+    """Write what changes the attributes from ``current`` to ``attrs``: SGR, and OSC 8
+    when the hyperlink changes (SGR 0 leaves it alone).  ``current`` None: the SGR is
+    unknown, and no link is open."""
+    out.append(sgr(attrs))
+    link = attrs[-1]
+    if link != (current[-1] if current is not None else ""):
+        out.append(hyperlink(link))
 
 
 def is_wide(data: str) -> bool:
@@ -174,7 +191,7 @@ def paint_rows(out: list, buffer, cols: int, rows: int) -> None:
             for attrs, run in groupby(cells, _ATTRS):
                 run = list(run)
                 if attrs != current:
-                    out.append(sgr(attrs))
+                    set_attrs(out, attrs, current)
                     current = attrs
                 text = "".join(map(_DATA, run))
                 if text.isascii() and len(text) == len(run):
@@ -185,9 +202,11 @@ def paint_rows(out: list, buffer, cols: int, rows: int) -> None:
                 x += len(run)
         if last < cols - 1:
             if current != ATTRS_DEFAULT:
-                out.append("\x1b[0m")
+                set_attrs(out, ATTRS_DEFAULT, current)
                 current = ATTRS_DEFAULT
             out.append("\x1b[K")
+    if current is not None and current[-1]:
+        out.append(hyperlink(""))  # what is written after the rows is not in the link
 
 
 def place_cursor(out: list, grid, buffer, x: int, y: int, origin_top: int) -> None:
@@ -208,17 +227,21 @@ def place_cursor(out: list, grid, buffer, x: int, y: int, origin_top: int) -> No
         cell = line[x]
     out.append(f"\x1b[{y - origin_top + 1};{x + 1}H")
     out.append(sgr(cell[1:]))
-    out.append(cell.data or " ")
+    out.append(hyperlink(cell.link) + (cell.data or " ") + hyperlink("") if cell.link
+               else cell.data or " ")
 
 
 def reopen_cluster(out: list, grid, buffer, origin_top: int) -> None:
     """Rewrite the cell before the cursor if the next text may still join it (a ZWJ or a
     lone regional indicator at its end): an attach in the middle of a ZWJ sequence or a
-    flag then gets the rest of it into the same cell.  Only SGR and mode changes follow."""
+    flag then gets the rest of it into the same cell.  Only SGR and mode changes follow;
+    the cursor's hyperlink, which the cell must share, is already open."""
     x = grid.open_cluster()
     if x is None:
         return
     cell = buffer_row(buffer, grid.cursor.y)[x]
+    if cell.link != grid.cursor.attrs.link:
+        return  # an OSC 8 would have to follow, and it ends the cluster: left closed
     out.append(f"\x1b[{grid.cursor.y - origin_top + 1};{x + 1}H{sgr(cell[1:])}{cell.data}")
 
 
@@ -236,9 +259,13 @@ def saved_cursor(out: list, grid, buffer, saved) -> None:
     # Margins are still the whole screen here, so origin mode addresses it all.
     place_cursor(out, grid, buffer, saved.x, saved.y, 0)
     out.append(sgr(saved.attrs[1:]))
+    if saved.attrs.link:
+        out.append(hyperlink(saved.attrs.link))
     out.append(designations(saved.g0, saved.g1))
     out.append("\x0e" if saved.charset else "\x0f")
     out.append("\x1b7\x1b(B\x0f")
+    if saved.attrs.link:
+        out.append(hyperlink(""))
     if saved.origin:
         out.append("\x1b[?6l")
 
@@ -293,7 +320,8 @@ def repaint(screen) -> bytes:
     p_saved, a_saved = screen.saved_slots()
     p_keys, a_keys = screen.keyboard_stacks()
     modes = screen.private_modes()
-    out = ["\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7l"]
+    out = ["\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b]8;;\x1b\\\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r"
+           "\x1b[?7l"]
     keyboard_stack(out, p_keys)
     alternate_used = any(cell != BLANK for line in alternate.values() for cell in line.values())
     if not screen.alt and (alternate_used or a_saved is not None or a_keys):
@@ -353,6 +381,8 @@ def repaint(screen) -> bytes:
     place_cursor(out, grid, active, grid.cursor.x, grid.cursor.y, top if 6 in modes else 0)
     out.append(designations(grid.g0_charset, grid.g1_charset))
     out.append("\x0e" if grid.charset else "\x0f")
+    if grid.cursor.attrs.link:
+        out.append(hyperlink(grid.cursor.attrs.link))
     reopen_cluster(out, grid, active, top if 6 in modes else 0)
     out.append(sgr(grid.cursor.attrs[1:]))
     if 4 in ansi_modes:
@@ -381,7 +411,8 @@ def view_style(attrs: tuple):
     return Style(fg=_json_colour(cell.fg), bg=_json_colour(cell.bg), bold=cell.bold,
                  dim=cell.dim, italic=cell.italics,
                  underline=(cell.ul_style or 1) if cell.underscore else 0, blink=cell.blink,
-                 reverse=cell.reverse, strikethrough=cell.strikethrough, hidden=cell.hidden)
+                 reverse=cell.reverse, strikethrough=cell.strikethrough, hidden=cell.hidden,
+                 link=cell.link.partition(";")[2] or None)
 
 
 def view_rows(screen) -> list:
@@ -427,11 +458,11 @@ def ansi(screen) -> str:
         parts, current = [], ATTRS_DEFAULT
         for cell in row:
             if cell[1:] != current:
+                set_attrs(parts, cell[1:], current)
                 current = cell[1:]
-                parts.append(sgr(current))
             parts.append(cell.data)
         if current != ATTRS_DEFAULT:
-            parts.append("\x1b[0m")
+            set_attrs(parts, ATTRS_DEFAULT, current)
         lines.append("".join(parts))
     return "\n".join(lines) + "\n"
 

@@ -33,7 +33,7 @@ def view(screen, cols: int, rows: int) -> bytes:
     primary, alternate = screen.buffers()
     active = alternate if screen.alt else primary
     modes = screen.private_modes()
-    out = ["\x1b[?2026h\x1b[?25l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7l",
+    out = ["\x1b[?2026h\x1b[?25l\x1b[0m\x1b]8;;\x1b\\\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7l",
            "\x1b[?1049h" if screen.alt else "\x1b[?1049l"]
     paint_rows(out, _clipped(active, seen_cols), seen_cols, seen_rows)
     if cols > width:

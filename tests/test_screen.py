@@ -484,3 +484,28 @@ def test_json_snapshot_of_the_model():
                              "pending_wrap": True}
     assert doc["modes"]["bracketed_paste"] is True and doc["modes"]["mouse"] is None
     assert doc["rows"][1:] == [[], [], [], []]
+
+
+def test_hyperlinks_survive_a_repaint():
+    """OSC 8: the cells written between the start and the end of a link keep it (SGR 0
+    does not end it); a repaint and the ANSI and JSON snapshots give it back."""
+    screen = fed(b"a \x1b]8;id=7;https://example.com/x\x1b\\\x1b[1mln\x1b[0mk\x1b]8;;\x1b\\ b"
+                 b"\x1b]8;;https://open.example\x07still")
+    row = screen.state()["primary"][0]
+    assert [c.link for c in row[:6]] == ["", "", "id=7;https://example.com/x",
+                                        "id=7;https://example.com/x",
+                                        "id=7;https://example.com/x", ""]
+    assert row[7].link == ";https://open.example"
+    repaint = screen.repaint()
+    assert b"\x1b]8;id=7;https://example.com/x\x1b\\" in repaint
+    assert repaint.endswith(b"\x1b]8;;https://open.example\x1b\\\x1b[0m\x1b[?25h\x1b[?2026l")
+    copy = round_trip(screen)
+    for s in (screen, copy):
+        s.feed(b"!")
+    assert copy.state()["primary"][0][12].link == ";https://open.example"
+    assert b"\x1b]8;id=7;https://example.com/x\x1b\\ln" in screen.snapshot("ansi").encode()
+    doc = json.loads(screen.snapshot("json"))
+    assert {"link": "https://example.com/x", "bold": True} in doc["styles"]
+    # Too long, or with controls: no link (what a repaint writes stays bounded and clean).
+    screen = fed(b"\x1b]8;;https://x/" + b"y" * 5000 + b"\x1b\\long")
+    assert screen.state()["primary"][0][0].link == ""

@@ -16,7 +16,10 @@ import pytest
 
 from conftest import wait_for
 from ptyhostd.screen import Screen
-from test_attach import attach, ready, shell  # noqa: F401  (attach: the fixture)
+import test_attach
+from test_attach import ready, shell
+
+attach = test_attach.attach  # the fixture of Attach clients
 
 FILL = "."  # ptyhostd.screen_view.FILL (not imported: the test reads what a terminal shows)
 
@@ -55,7 +58,7 @@ DRAW = (b"printf '\\033[H\\033[2J\\033[1;1HTOP\\055LEFT\\033[30;1HSTATUS\\055LIN
         b"\\033[10;90HRIGHT\\055EDGE\\033[3;1H'\r")
 
 
-def test_a_client_that_does_not_own_the_size_sees_its_own_top_left(host, attach):  # noqa: F811
+def test_a_client_that_does_not_own_the_size_sees_its_own_top_left(host, attach):
     sid = shell(host, size="80x24")
     owner = attach(sid, cols=100, rows=30)
     ready(owner)
