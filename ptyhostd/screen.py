@@ -268,8 +268,8 @@ class Screen:
 
     engine = "pyte"
 
-    def read_rows(self) -> list:
-        """The active screen's rows as lists of ``screen_json.ViewCell``."""
+    def read_rows(self):
+        """The active screen's rows, top to bottom, as lists of ``screen_json.ViewCell``."""
         return screen_render.view_rows(self)
 
     def read_cursor(self):

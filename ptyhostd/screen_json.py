@@ -5,7 +5,7 @@ engine can offer it (``screen.Screen`` for pyte; another engine answers the same
 calls).  The engine provides:
 
 - ``cols``, ``rows``, ``title``, ``icon_name``, ``engine`` (a short name);
-- ``read_rows()``: the active screen's rows, top to bottom; each a list of
+- ``read_rows()``: the active screen's rows, top to bottom (any iterable); each a list of
   ``ViewCell`` (one for each cell that starts a character: the right half of a wide
   one is not listed), trailing blanks with default attributes left out;
 - ``read_cursor()``: a ``Cursor``;

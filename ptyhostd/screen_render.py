@@ -415,11 +415,11 @@ def view_style(attrs: tuple):
                  link=cell.link.partition(";")[2] or None)
 
 
-def view_rows(screen) -> list:
-    """The active screen's rows as lists of ``screen_json.ViewCell``."""
+def view_rows(screen):
+    """The active screen's rows as lists of ``screen_json.ViewCell``, one row at a time
+    (a 500x500 screen's cells at once would cost tens of MiB)."""
     from .screen_json import ViewCell
     grid = screen._grid
-    rows = []
     attrs, style = None, None
     for y in range(grid.lines):
         row = []
@@ -428,8 +428,7 @@ def view_rows(screen) -> list:
                 attrs = _ATTRS(cell)
                 style = view_style(attrs)
             row.append(ViewCell(x, cell.data, 2 if risky and is_wide(cell.data) else 1, style))
-        rows.append(row)
-    return rows
+        yield row
 
 
 def _visible_rows(screen):
