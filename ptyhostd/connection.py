@@ -378,6 +378,16 @@ class Connection(asyncio.Protocol):
             self.send(protocol.Error(message=f"{type(msg).__name__} needs an attach first",
                                      code="not-attached"))
             return
+        if att.read_only and isinstance(msg, protocol.Resize):
+            # A watcher's terminal size is its own: frames of that size (screen_view.py),
+            # never a resize of the session.
+            if not pty.valid_size(msg.cols, msg.rows):
+                self.send(protocol.Error(message=pty.size_problem(msg.cols, msg.rows),
+                                         code="bad-request"))
+                return
+            att.size = (msg.cols, msg.rows)
+            att.follow_size()
+            return
         if att.read_only:
             self.send(protocol.Error(message="this attach is read-only: input refused",
                                      code="read-only"))

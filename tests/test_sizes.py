@@ -93,3 +93,31 @@ def test_a_client_that_does_not_own_the_size_sees_its_own_top_left(host, attach)
     # And the typing client shows the program's own bytes again: no marks left.
     lines = seen.wait(lambda ls: any("took-42" in line for line in ls), "the typed answer")
     assert not any(line.endswith(FILL * 20) for line in lines), "\n".join(lines)
+
+
+def test_a_read_only_watcher_follows_its_own_terminal_size(host, attach):
+    """A watcher never resizes the session; its frames follow its terminal: marked past
+    the session's edge, then the program's own bytes once it is the session's size."""
+    sid = shell(host, size="80x24")
+    host.ctl("send", sid, "printf '\\033[H\\033[2JW\\055ONE\\033[24;1HW\\055BOTTOM\\033[2;1H'\r")
+    wait_for(lambda: b"W-BOTTOM" in host.backlog(sid), 10, "the frame drawn")
+    watcher = attach(sid, "--read-only", cols=90, rows=24)
+    watcher.wait_raw()
+    seen = Seen(watcher, 90, 24)
+    lines = seen.wait(lambda ls: ls[0].startswith("W-ONE") and ls[23].startswith("W-BOTTOM"),
+                      "the watcher's first frame")
+    assert all(line[80:] == FILL * 10 for line in lines), "\n".join(lines)
+    # Its terminal shrinks to 80x20: the session's top-left part, its last row not shown.
+    watcher.set_size(80, 20)
+    seen.screen.resize(80, 20)
+    lines = seen.wait(lambda ls: ls[0].startswith("W-ONE") and not any(
+        FILL * 3 in line for line in ls), "a frame of the watcher's new size")
+    assert not any("W-BOTTOM" in line for line in lines), "\n".join(lines)
+    assert (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (80, 24), \
+        "a read-only watcher resized the session"
+    # The session's own size: the program's bytes, live.
+    watcher.set_size(80, 24)
+    seen.screen.resize(80, 24)
+    seen.wait(lambda ls: ls[23].startswith("W-BOTTOM"), "the session's whole screen")
+    host.ctl("send", sid, "echo live-$((8*8))\r")
+    seen.wait(lambda ls: any(line.startswith("live-64") for line in ls), "live output")
