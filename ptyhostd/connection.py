@@ -425,11 +425,30 @@ class Connection(asyncio.Protocol):
 
     def _detach(self) -> None:
         if self.attachment is not None:
-            tok = self.attachment.token
+            att = self.attachment
+            tok = att.token
             if tok is not None and tok.conn is self:
                 tok.conn = None
-            self.attachment.session.attachments.discard(self.attachment)
+            s = att.session
+            s.attachments.discard(att)
             self.attachment = None
+            if s.size_owner is att:
+                self._pass_size(s)
+
+    def _pass_size(self, s) -> None:
+        """The owner of the size left: the writer attached last of those left takes it
+        (as in tmux, the size follows the clients that remain), so its terminal shows
+        the program's bytes instead of frames until it types."""
+        s.size_owner = None
+        writers = [a for a in s.attachments if not a.read_only and all(a.size)]
+        if not writers or s.state != "running":
+            return
+        s.size_owner = max(writers, key=lambda a: a.attached_at)
+        try:
+            self.host.resize(s, *s.size_owner.size)
+        except RequestError as exc:
+            log.warning("session %s: giving the size to the next client: %s", s.id, exc,
+                        extra={"CLOWDER_SESSION": s.id})
 
 
 # GetSnapshot's formats (screen.SNAPSHOT_FORMATS; the model is not imported to check).

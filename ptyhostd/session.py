@@ -86,6 +86,7 @@ class Attachment:
         self.resyncing = False  # a repaint is being made and sent (``_resync``)
         self.again = False  # the size changed while it was: one more once it is done
         self.viewing = False  # sent frames (screen_view.py), not the program's bytes
+        self.attached_at = time.monotonic()  # the newest writer left takes the size
 
     def sized_to_session(self) -> bool:
         """Whether the program's bytes can be sent as they are: a raw reader, a client
@@ -139,10 +140,13 @@ class Attachment:
     async def _resync(self) -> None:
         try:
             self.again = False
+            start = time.monotonic()
             await self.repaint()
             if self.viewing and not self.conn.closed:
-                # Frames are whole: while output goes on, the newest one every interval.
-                await asyncio.sleep(VIEW_INTERVAL)
+                # Frames are whole: while output goes on, the newest one every interval,
+                # and the model (pure Python: it may be catching up on a flood) busy a
+                # third of the time at most.
+                await asyncio.sleep(max(VIEW_INTERVAL, 2 * (time.monotonic() - start)))
         finally:
             self.resyncing = False
         if self.conn.closed:

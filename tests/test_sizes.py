@@ -94,6 +94,17 @@ def test_a_client_that_does_not_own_the_size_sees_its_own_top_left(host, attach)
     lines = seen.wait(lambda ls: any("took-42" in line for line in ls), "the typed answer")
     assert not any(line.endswith(FILL * 20) for line in lines), "\n".join(lines)
 
+    # The owner leaves: the size goes back to the client that remains, which shows the
+    # program's bytes again (no marks) without having to type.
+    other.type(b"\x1c")
+    assert other.finish() == 0
+    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (100, 30), 10,
+             "the size to pass to the remaining client")
+    host.ctl("send", sid, "echo back-$((5*5))\r")  # sent another way: it has not typed
+    seen_owner.wait(lambda ls: any("back-25" in line for line in ls)
+                            and not any(line == FILL * 100 for line in ls),
+                            "the remaining client's screen, unmarked")
+
 
 def test_a_read_only_watcher_follows_its_own_terminal_size(host, attach):
     """A watcher never resizes the session; its frames follow its terminal: marked past
