@@ -256,6 +256,12 @@ class Screen:
         """VT bytes that bring a fresh terminal of this size to this state (see ``pending``)."""
         return screen_render.repaint(self)
 
+    def view(self, cols: int, rows: int) -> bytes:
+        """VT bytes that show this screen on a terminal of another size: its top-left
+        part, the area past its edges marked (screen_view.py)."""
+        from .screen_view import view  # only a client of another size needs it
+        return view(self, cols, rows)
+
     def snapshot(self, format: str = "text") -> str:
         """The active screen as ``text``, ``ansi`` (SGR, no cursor moves), ``html`` or
         ``json`` (docs/snapshot-json.md)."""

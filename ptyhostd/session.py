@@ -62,8 +62,7 @@ def painted(screen) -> tuple:
 
 def viewed(screen, cols: int, rows: int) -> bytes:
     """A frame of a model for a terminal of another size: run in the screen pool."""
-    from .screen_view import view
-    return view(screen, cols, rows)
+    return screen.view(cols, rows)
 
 
 def unit_name(sid: str) -> str:

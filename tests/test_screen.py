@@ -509,3 +509,18 @@ def test_hyperlinks_survive_a_repaint():
     # Too long, or with controls: no link (what a repaint writes stays bounded and clean).
     screen = fed(b"\x1b]8;;https://x/" + b"y" * 5000 + b"\x1b\\long")
     assert screen.state()["primary"][0][0].link == ""
+
+
+def test_view_for_a_terminal_of_another_size():
+    """screen_view: the top-left part that fits, dim dots past the session's edges, the
+    cursor shown only inside that part, a wide character cut by the edge left out."""
+    screen = fed("\x1b[?1h\x1b[?2004htop\x1b[2;4H中x\x1b[5;1Hlast".encode(), cols=10, rows=5)
+    bigger = fed(screen.view(14, 7), cols=14, rows=7)
+    assert lines(bigger) == ["top       ....", "   中x    ....", "          ....",
+                             "          ....", "last      ....", "." * 14, "." * 14]
+    assert bigger.state()["primary"][5][0].dim
+    assert bigger.state()["cursor"][:2] == (4, 4) and 25 in bigger.private_modes()
+    assert {1, 2004} <= bigger.private_modes()
+    smaller = fed(screen.view(4, 3), cols=4, rows=3)
+    assert lines(smaller) == ["top", "", ""]  # 中 at columns 3-4 does not fit in 4
+    assert 25 not in smaller.private_modes(), "the cursor is outside the part shown"
