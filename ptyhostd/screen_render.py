@@ -491,7 +491,7 @@ _CSS_LINE_STYLES = {2: "double", 3: "wavy", 4: "dotted", 5: "dashed"}
 
 @functools.lru_cache(maxsize=256)
 def _css(attrs: tuple) -> str:
-    """Inline CSS for a cell's attributes."""
+    """Inline CSS for a cell's attributes (without its hyperlink: see ``html``)."""
     cell = Cell(" ", *attrs)
     fg, bg = _html_colour(cell.fg, _HTML_FG), _html_colour(cell.bg, _HTML_BG)
     if cell.reverse:
@@ -516,17 +516,36 @@ def html(screen) -> str:
     """The active screen as an HTML ``<pre>`` with inline styles."""
     out = [f'<pre class="clowder-screen" style="color:#{_HTML_FG};background:#{_HTML_BG}">']
     for row in _visible_rows(screen):
-        current = None
+        current, link = None, ""
         for cell in row:
             attrs = cell[1:]
             if attrs != current:
                 if current is not None:
                     out.append("</span>")
-                out.append(f'<span style="{_css(attrs)}">')
+                if cell.link != link:
+                    out.append(_html_link(link, cell.link))
+                    link = cell.link
+                out.append(f'<span style="{_css(attrs[:-1])}">')
                 current = attrs
             out.append(_html.escape(cell.data))
         if current is not None:
             out.append("</span>")
-        out.append("\n")
+        out.append(_html_link(link, "") + "\n")
     out.append("</pre>\n")
     return "".join(out)
+
+
+_LINK_SCHEMES = ("http://", "https://", "ftp://", "file://", "mailto:")  # no javascript:
+
+
+def _html_link(old: str, new: str) -> str:
+    """Close hyperlink ``old`` and open ``new`` ("params;uri"; "" for none) as <a>."""
+    out = "</a>" if _link_uri(old) else ""
+    uri = _link_uri(new)
+    return out + (f'<a href="{_html.escape(uri, quote=True)}">' if uri else "")
+
+
+def _link_uri(link: str) -> str:
+    """The URI of a hyperlink if it may be an HTML link, else ""."""
+    uri = link.partition(";")[2]
+    return uri if uri.lower().startswith(_LINK_SCHEMES) else ""

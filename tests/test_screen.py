@@ -506,6 +506,9 @@ def test_hyperlinks_survive_a_repaint():
     assert b"\x1b]8;id=7;https://example.com/x\x1b\\ln" in screen.snapshot("ansi").encode()
     doc = json.loads(screen.snapshot("json"))
     assert {"link": "https://example.com/x", "bold": True} in doc["styles"]
+    html = screen.snapshot("html")
+    assert html.count('<a href="https://example.com/x">') == 1 and html.count("</a>") == 2
+    assert "javascript" not in fed(b"\x1b]8;;javascript:alert(1)\x1b\\x").snapshot("html")
     # Too long, or with controls: no link (what a repaint writes stays bounded and clean).
     screen = fed(b"\x1b]8;;https://x/" + b"y" * 5000 + b"\x1b\\long")
     assert screen.state()["primary"][0][0].link == ""
