@@ -26,12 +26,17 @@ class Tmux:
     """A private tmux server whose panes show files written into them."""
 
     def __init__(self, tmp_path):
-        self.argv = ["tmux", "-L", f"clowder-repaint-{os.getpid()}", "-f", "/dev/null"]
+        # A socket of each test's own: a server being killed by the test before still
+        # answers on a shared name for a moment.
+        self.argv = ["tmux", "-S", str(tmp_path / "tmux.sock"), "-f", "/dev/null"]
         self.tmp = tmp_path
 
     def run(self, *args) -> str:
-        return subprocess.run(self.argv + list(args), capture_output=True, text=True,
-                              check=True, timeout=10).stdout
+        proc = subprocess.run(self.argv + list(args), capture_output=True, text=True,
+                              timeout=10)
+        if proc.returncode != 0:
+            pytest.fail(f"tmux {' '.join(args)}: exit {proc.returncode}: {proc.stderr}")
+        return proc.stdout
 
     def show(self, name: str, data: bytes, cols: int, rows: int) -> None:
         path = self.tmp / f"{name}.bin"
