@@ -35,7 +35,7 @@ def view(screen, cols: int, rows: int) -> bytes:
     modes = screen.private_modes()
     out = ["\x1b[?2026h\x1b[?25l\x1b[0m\x1b]8;;\x1b\\\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7l",
            "\x1b[?1049h" if screen.alt else "\x1b[?1049l"]
-    paint_rows(out, _clipped(active, seen_cols), seen_cols, seen_rows)
+    paint_rows(out, _Clipped(active, seen_cols), seen_cols, seen_rows)
     if cols > width:
         fill = FILL * (cols - width)
         for y in range(seen_rows):
@@ -45,7 +45,7 @@ def view(screen, cols: int, rows: int) -> bytes:
     out.append("\x1b[0m")
     out.extend(f"\x1b[?{mode}l" for mode in KNOWN_PRIVATE if mode not in modes)
     out.extend(f"\x1b[?{mode}h" for mode in sorted(modes)
-               if mode in KNOWN_PRIVATE and mode not in (5, 6))
+               if mode in KNOWN_PRIVATE and mode != 6)  # origin: rows are absolute here
     out.append("\x1b=" if screen.keypad else "\x1b>")
     out.append(f"\x1b[{screen.cursor_style} q")
     keys = screen.keyboard_stacks()[1 if screen.alt else 0]
@@ -60,14 +60,10 @@ def view(screen, cols: int, rows: int) -> bytes:
     return "".join(out).encode("utf-8", "replace")
 
 
-def _clipped(buffer, cols: int):
-    """``buffer`` with a wide character cut by the client's right edge left out (half of
-    it does not fit; a terminal would wrap it or drop it)."""
-    return _Clipped(buffer, cols)
-
-
 class _Clipped:
-    """A read-only view of a buffer's rows, as ``paint_rows`` reads them."""
+    """A buffer's rows as ``paint_rows`` reads them, with a wide character cut by the
+    client's right edge left out (half of it does not fit; a terminal would wrap it or
+    drop it)."""
 
     def __init__(self, buffer, cols: int):
         self._buffer = buffer
