@@ -5,7 +5,7 @@
 VENV    ?= /opt/clowder-dev/venv
 STAGE   ?= /opt/clowder-dev/src
 PYTHON  := $(VENV)/bin/python
-APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git
+APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git tmux
 PYTEST_ARGS ?= -q
 # Which tests `make test` runs, and the name of its systemd instance (several can run
 # side by side under different names, each with its own VENV and STAGE).

@@ -280,8 +280,9 @@ class Connection(asyncio.Protocol):
         elif isinstance(msg, P.Attach):
             await self._attach(msg)
         elif isinstance(msg, P.GetSnapshot):
-            if msg.format not in ("text", "ansi", "html"):
-                raise RequestError(f"unknown snapshot format {msg.format!r}", "bad-request")
+            if msg.format not in SNAPSHOT_FORMATS:
+                raise RequestError(f"unknown snapshot format {_show(msg.format)}: one of "
+                                   f"{', '.join(SNAPSHOT_FORMATS)}", "bad-request")
             s = self._session(msg.session)
             text, _ = await s.screen_call(functools.partial(_snapshot, format=msg.format))
             if len(text) > P.MAX_DATA:
@@ -377,6 +378,16 @@ class Connection(asyncio.Protocol):
             self.send(protocol.Error(message=f"{type(msg).__name__} needs an attach first",
                                      code="not-attached"))
             return
+        if att.read_only and isinstance(msg, protocol.Resize):
+            # A watcher's terminal size is its own: frames of that size (screen_view.py),
+            # never a resize of the session.
+            if not pty.valid_size(msg.cols, msg.rows):
+                self.send(protocol.Error(message=pty.size_problem(msg.cols, msg.rows),
+                                         code="bad-request"))
+                return
+            att.size = (msg.cols, msg.rows)
+            att.follow_size()
+            return
         if att.read_only:
             self.send(protocol.Error(message="this attach is read-only: input refused",
                                      code="read-only"))
@@ -404,6 +415,7 @@ class Connection(asyncio.Protocol):
                 if s.size_owner in (att, None) or s.size_owner not in s.attachments:
                     s.size_owner = att
                     self.host.resize(s, msg.cols, msg.rows)
+                att.follow_size()  # not the owner: its frames follow its own size
         except RequestError as exc:
             self.send(protocol.Error(message=str(exc), code=exc.code))
             if not self._writable.is_set():
@@ -413,11 +425,34 @@ class Connection(asyncio.Protocol):
 
     def _detach(self) -> None:
         if self.attachment is not None:
-            tok = self.attachment.token
+            att = self.attachment
+            tok = att.token
             if tok is not None and tok.conn is self:
                 tok.conn = None
-            self.attachment.session.attachments.discard(self.attachment)
+            s = att.session
+            s.attachments.discard(att)
             self.attachment = None
+            if s.size_owner is att:
+                self._pass_size(s)
+
+    def _pass_size(self, s) -> None:
+        """The owner of the size left: the writer attached last of those left takes it
+        (as in tmux, the size follows the clients that remain), so its terminal shows
+        the program's bytes instead of frames until it types."""
+        s.size_owner = None
+        writers = [a for a in s.attachments if not a.read_only and all(a.size)]
+        if not writers or s.state != "running":
+            return
+        s.size_owner = max(writers, key=lambda a: a.attached_at)
+        try:
+            self.host.resize(s, *s.size_owner.size)
+        except RequestError as exc:
+            log.warning("session %s: giving the size to the next client: %s", s.id, exc,
+                        extra={"CLOWDER_SESSION": s.id})
+
+
+# GetSnapshot's formats (screen.SNAPSHOT_FORMATS; the model is not imported to check).
+SNAPSHOT_FORMATS = ("text", "ansi", "html", "json")
 
 
 def _snapshot(screen, format: str) -> bytes:

@@ -20,6 +20,9 @@ from wcwidth import wcwidth
 from . import screen_render
 from .screen_render import BLANK, Cell
 
+ZWJ = "\u200d"  # zero-width joiner: the next character joins the cluster
+_RI_FIRST, _RI_LAST = "\U0001f1e6", "\U0001f1ff"  # regional indicators: two make a flag
+
 MAX_REPEAT = 65536  # REP counts are clamped: one sequence must not draw for ever
 # A whole row erased with colours is stored as one row whose default is the coloured
 # blank (O(1)), not a cell per column: ``ESC[41m ESC[2J`` cost 59 MiB and 1.6 s at
@@ -61,6 +64,9 @@ class Grid(pyte.Screen):
         # What REP repeats.  A space before anything is written, so that a repaint,
         # which writes cells, can always set it back.
         self.last_char = " "
+        # Whether the last token was text (Screen's tokenizer clears it on every other
+        # one): a ZWJ or a regional indicator joins the next character only then.
+        self.cluster_open = False
         self._cell_attrs, self._cell_cache = None, {}
         # Cells and rows touched, ever: what feeding cost, so that a caller can bound it
         # (a few bytes can make a pass over a whole row or screen).
@@ -101,17 +107,24 @@ class Grid(pyte.Screen):
             return
         self.work += len(data)
         if data.isascii() and mo.IRM not in self.mode:
+            self.cluster_open = True
             self._draw_run(data)
             return
         cursor, columns = self.cursor, self.columns
         autowrap, insert = mo.DECAWM in self.mode, mo.IRM in self.mode
         cells = self._cells()
+        joinable, self.cluster_open = self.cluster_open, True
         for char in data:
             width = 1 if " " <= char <= "~" else wcwidth(char)
             if width <= 0:
                 if width == 0:
                     self._join(char)
                 continue
+            if joinable and (self.last_char[-1:] == ZWJ or _RI_FIRST <= char <= _RI_LAST) \
+                    and self._extends_cluster(char):
+                self._join(char)
+                continue
+            joinable = True
             if cursor.x + width > columns:
                 if autowrap:
                     cursor.x = 0
@@ -178,6 +191,39 @@ class Grid(pyte.Screen):
             self._blank(line, first - 1)
         if last + 1 < self.columns and screen_render.is_wide(line[last].data):
             self._blank(line, last + 1)
+
+    def open_cluster(self) -> Optional[int]:
+        """The column of the cell before the cursor if the next text may join it (it
+        ends with a ZWJ or is one regional indicator, and ``cluster_open``), else None."""
+        x = self.cursor.x - 1
+        if not self.cluster_open or x < 0:
+            return None
+        line = self.buffer[self.cursor.y]
+        if not line[x].data and x > 0:
+            x -= 1
+        data = line[x].data
+        if data[-1:] == ZWJ or len(data) == 1 and _RI_FIRST <= data <= _RI_LAST:
+            return x
+        return None
+
+    def _extends_cluster(self, char: str) -> bool:
+        """Whether ``char`` continues the grapheme cluster of the cell before the cursor
+        rather than starting a cell: after a ZWJ (a ZWJ emoji sequence), or a second
+        regional indicator (a flag).  The cell keeps its width, as in tmux: one wide
+        cell holds the sequence as the program wrote it, so a repaint writes it whole.
+        Only text right after text joins (``cluster_open``): after a cursor move or any
+        other sequence, a character starts its own cell, so a repaint (which moves the
+        cursor after every such cell) rebuilds the same cells."""
+        x = self.cursor.x - 1
+        if x < 0:
+            return False
+        line = self.buffer[self.cursor.y]
+        if not line[x].data and x > 0:
+            x -= 1
+        data = line[x].data
+        if data[-1:] == ZWJ:
+            return True
+        return len(data) == 1 and _RI_FIRST <= data <= _RI_LAST and _RI_FIRST <= char <= _RI_LAST
 
     def _join(self, char: str) -> None:
         """Append a zero-width character to the cell before the cursor."""
@@ -289,7 +335,16 @@ class Grid(pyte.Screen):
         self._erase(self.cursor.y, x, min(x + (count or 1), self.columns))
 
     def erase_in_line(self, how: int = 0, private: bool = False) -> None:
-        """EL."""
+        """EL.  An erase to the right while a wrap is pending erases nothing and keeps the
+        wrap pending, as tmux does (xterm erases the last cell and ends the wrap).
+
+        top writes its reverse-video header to the last column, then ``SGR 0`` and EL:
+        a client whose terminal is tmux kept the last cell reverse from the live bytes,
+        and lost it on a repaint of a model that had erased it.
+        """
+        if how == 0 and self.cursor.x >= self.columns:
+            return
+        self.unwrap()
         x = min(self.cursor.x, self.columns - 1)
         start, stop = {0: (x, self.columns), 1: (0, x + 1), 2: (0, self.columns)}.get(how, (0, 0))
         self._erase(self.cursor.y, start, stop)
@@ -299,6 +354,8 @@ class Grid(pyte.Screen):
 
         pyte only rewrote cells already stored, so a coloured erase left gaps.
         """
+        if how != 0:
+            self.unwrap()
         rows = {0: range(self.cursor.y + 1, self.lines), 1: range(self.cursor.y),
                 2: range(self.lines)}.get(how, range(0))
         attrs = self.cursor.attrs

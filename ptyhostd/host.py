@@ -442,6 +442,8 @@ class Host(Adoption):
         if (cols, rows) != (s.cols, s.rows):
             s.cols, s.rows = cols, rows
             self.save()
+            for att in list(s.attachments):  # the others' frames change size, start or stop
+                att.follow_size()
 
     # --- hand-off (systemctl reload) -----------------------------------------------------
 

@@ -233,7 +233,7 @@ class UpgradeCheck(Message):
 
 @_register
 class GetSnapshot(Message):
-    """The current screen as ``format`` text, ansi or html. -> SnapshotData."""
+    """The current screen as ``format`` text, ansi, html or json. -> SnapshotData."""
 
     KIND = 212
     session: str

@@ -39,6 +39,7 @@ from .screen_render import BLANK, Cell, NAMES, CHARSET_CODES
 MAX_STRING = 64 * 1024  # longest OSC/DCS held whole; longer ones are skipped to their end
 MAX_PARAMS = 1024  # a longer unfinished CSI is garbage, not a sequence to wait for
 MAX_TITLE = 4096  # characters of a title kept (ten of them on the title stack)
+MAX_LINK = 2048  # characters of an OSC 8 hyperlink kept (params and URI); longer: no link
 MAX_COLOUR_SPEC = 64  # a colour spec is short ("rgb:ffff/ffff/ffff"); longer ones are ignored
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 _CSI = re.compile(rb"\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])")
@@ -48,8 +49,12 @@ _ESC_START = re.compile(rb"\x1b[\x20-\x2f]*")
 _STRING_END = re.compile(rb"[\x07\x18\x1a\x1b]")
 _STRINGS = b"]P_^X"  # OSC, DCS, APC, PM, SOS
 _SKIP_OPENER = {0x5D: b"\x1b]_;"}  # an OSC no one acts on: its tail is never dispatched
-# Cursor movement and editing: they end a pending wrap, as in xterm.
-_UNWRAP = frozenset(b"@ABCDEFGHIJKLMPSTXZ`abdef")
+# SGR and mode changes leave a grapheme cluster open to the next text (every other token
+# ends it: Grid.cluster_open), so that a repaint can reopen one after setting modes.
+_KEEP_CLUSTER = frozenset(b"mhl")
+# Cursor movement and editing: they end a pending wrap, as in xterm.  ED and EL are not
+# here: ``Grid.erase_in_line`` decides (an erase to the right in a pending wrap).
+_UNWRAP = frozenset(b"@ABCDEFGHILMPSTXZ`abdef")
 
 
 def _number(p: bytes) -> Optional[int]:
@@ -111,14 +116,18 @@ def apply_sgr(attrs: Cell, params: list) -> Cell:
                 if colour:
                     change["fg" if code == 38 else "bg"] = colour
             elif code == 4:
-                change["underscore"] = not sub or sub[0] != 0
+                style = sub[0] if sub and sub[0] is not None else 1
+                change["underscore"] = style != 0
+                change["ul_style"] = style if 2 <= style <= 5 else 0
             continue
         code = p or 0
-        if code == 0:
-            change = dict(zip(Cell._fields[1:], BLANK[1:]))
+        if code == 0:  # everything but the hyperlink (OSC 8 alone starts and ends one)
+            change = dict(zip(Cell._fields[1:-1], BLANK[1:-1]))
         elif code in _FLAGS:
             name, value = _FLAGS[code]
             change[name] = value
+            if name == "underscore":
+                change["ul_style"] = 2 if code == 21 else 0
         elif code == 22:
             change["bold"] = change["dim"] = False
         elif 30 <= code <= 37 or 90 <= code <= 97:
@@ -257,13 +266,51 @@ class Screen:
         """VT bytes that bring a fresh terminal of this size to this state (see ``pending``)."""
         return screen_render.repaint(self)
 
+    def view(self, cols: int, rows: int) -> bytes:
+        """VT bytes that show this screen on a terminal of another size: its top-left
+        part, the area past its edges marked (screen_view.py)."""
+        from .screen_view import view  # only a client of another size needs it
+        return view(self, cols, rows)
+
     def snapshot(self, format: str = "text") -> str:
-        """The active screen as ``text``, ``ansi`` (SGR, no cursor moves) or ``html``."""
-        render = {"text": screen_render.text, "ansi": screen_render.ansi,
-                  "html": screen_render.html}.get(format)
+        """The active screen as ``text``, ``ansi`` (SGR, no cursor moves), ``html`` or
+        ``json`` (docs/snapshot-json.md)."""
+        render = SNAPSHOT_FORMATS.get(format)
         if render is None:
             raise ValueError(f"unknown snapshot format {format!r}")
         return render(self)
+
+    # The read API of screen_json: what any engine offers a JSON snapshot.
+
+    engine = "pyte"
+
+    def read_rows(self):
+        """The active screen's rows, top to bottom, as lists of ``screen_json.ViewCell``."""
+        return screen_render.view_rows(self)
+
+    def read_cursor(self):
+        """The cursor as a ``screen_json.Cursor``."""
+        from .screen_json import Cursor
+        g = self._grid
+        pending = g.cursor.x >= g.columns
+        return Cursor(x=min(g.cursor.x, g.columns - 1), y=g.cursor.y,
+                      visible=mo.DECTCEM in g.mode, style=self.cursor_style,
+                      pending_wrap=pending)
+
+    def read_modes(self) -> dict:
+        """The modes ``screen_json.MODES`` names."""
+        private, ansi = self.private_modes(), self.ansi_modes()
+        mouse = next((name for mode, name in _MOUSE if mode in private), None)
+        encoding = next((name for mode, name in _MOUSE_ENCODING if mode in private), None)
+        return {
+            "alternate_screen": self.alt, "application_cursor": 1 in private,
+            "application_keypad": self.keypad, "bracketed_paste": 2004 in private,
+            "mouse": mouse, "mouse_encoding": encoding, "focus": 1004 in private,
+            "autowrap": 7 in private, "origin": 6 in private, "insert": 4 in ansi,
+            "reverse_video": 5 in private, "keyboard": self._keys[-1] if self._keys else 0,
+            "modify_other_keys": self.modify_keys.get(4, 0),
+            "synchronized_output": 2026 in private,
+        }
 
     # Views for the renderer and for tests.
 
@@ -326,8 +373,11 @@ class Screen:
                 end = self._escape(buf, pos)
                 if end < 0:
                     return pos
+                if buf[pos + 1] != 0x5B:  # CSI: see _csi
+                    g.cluster_open = False
                 pos = end
             elif byte < 0x20 or byte == 0x7F:
+                g.cluster_open = False
                 self._control(byte)
                 pos += 1
             else:
@@ -470,6 +520,8 @@ class Screen:
         prefix = b""
         if raw[:1] in (b"<", b"=", b">", b"?"):
             prefix, raw = raw[:1], raw[1:]
+        if final not in _KEEP_CLUSTER or inter:
+            self._grid.cluster_open = False
         handler = self._csi_table.get((prefix, inter, final))
         if handler is None:
             return  # queries and everything unsupported: ignored, never replayed
@@ -543,6 +595,7 @@ class Screen:
         could show them again), so that a screen a TUI left needs no repainting.
         """
         g = self._grid
+        g.cluster_open = False
         if mode == 1048:
             (g.save_cursor if on else g.restore_cursor)()
             return
@@ -621,10 +674,22 @@ class Screen:
         top = self._keys[-1]
         self._keys[-1] = flags if how == 1 else top | flags if how == 2 else top & ~flags
 
+    def _hyperlink(self, text: str) -> None:
+        """OSC 8 ; params ; uri: the text drawn next is part of that link (an empty uri
+        ends it).  Kept as written, params included (``id=`` groups a link's cells)."""
+        params, sep, uri = text.partition(";")
+        cursor = self._grid.cursor
+        if not sep or not uri or len(text) > MAX_LINK or not text.isprintable():
+            cursor.attrs = cursor.attrs._replace(link="")
+        else:
+            cursor.attrs = cursor.attrs._replace(link=text)
+
     def _osc(self, body: bytes) -> None:
         """An OSC string: titles and colours; queries (``?``) and the rest are ignored."""
         code, _, text = body.decode("utf-8", "replace").partition(";")
-        if code in ("0", "1", "2"):
+        if code == "8":
+            self._hyperlink(text)
+        elif code in ("0", "1", "2"):
             text = text[:MAX_TITLE]
             if code != "2":
                 self.icon_name = text
@@ -646,6 +711,18 @@ class Screen:
                     self.colours[str(number)] = spec
         elif code.isdigit() and 110 <= int(code) <= 119:
             self.colours.pop(str(int(code) - 100), None)
+
+
+def _json(screen: Screen) -> str:
+    from . import screen_json  # only a JSON snapshot needs it
+    return screen_json.snapshot(screen)
+
+
+SNAPSHOT_FORMATS = {"text": screen_render.text, "ansi": screen_render.ansi,
+                    "html": screen_render.html, "json": _json}
+# The most specific mode wins when a program set several (as in xterm).
+_MOUSE = ((1003, "any"), (1002, "button"), (1001, "highlight"), (1000, "normal"), (9, "x10"))
+_MOUSE_ENCODING = ((1016, "sgr_pixels"), (1006, "sgr"), (1015, "urxvt"), (1005, "utf8"))
 
 
 def _utf8_cut(buf: bytes, start: int, end: int) -> int:

@@ -201,7 +201,26 @@ class GhosttyScreen:
             return "\n".join(_rows(vt.decode("utf-8", "replace"), self._rows)) + "\n"
         if format == "html":
             return self.format(lib.GHOSTTY_FORMATTER_FORMAT_HTML).decode("utf-8", "replace")
+        if format == "json":
+            from .screen_json import snapshot
+            return snapshot(self._pyte_copy())
         raise ValueError(f"unknown snapshot format {format!r}")
+
+    def view(self, cols: int, rows: int) -> bytes:
+        """This screen on a terminal of another size (screen_view.py)."""
+        return self._pyte_copy().view(cols, rows)
+
+    def _pyte_copy(self):
+        """A pyte model of this screen, made from its repaint, for what only the pyte
+        engine implements so far (the JSON read API, views for clients of another size).
+        ghostty's C API has every cell's cluster, style and link, the cursor and modes
+        (issue 13's note): reading them directly would skip this parse, which costs a
+        pure-Python pass over the repaint (~1 ms at 80x24, more at large sizes)."""
+        from .screen import Screen
+        copy = Screen(self._cols, self._rows)
+        copy.feed(self.repaint())
+        copy.engine = "ghostty"
+        return copy
 
     # Views for the renderer and for tests.
 

@@ -1,6 +1,7 @@
 """Cells, and how a screen is written out: a repaint as VT bytes, text, ANSI or HTML.
 
-A cell is pyte's ``Char`` with two more attributes (dim and hidden, which pyte drops).
+A cell is pyte's ``Char`` with four more attributes (dim and hidden, which pyte drops,
+the underline's style and the OSC 8 hyperlink).
 Colours are ``"default"``, one of the sixteen names in ``NAMES`` (pyte's, including
 its ``brown`` for yellow), ``"iN"`` for entry N of the 256-colour palette, or six hex
 digits for a true colour.
@@ -37,6 +38,11 @@ class Cell(NamedTuple):
     blink: bool = False
     dim: bool = False
     hidden: bool = False
+    # The underline's style while ``underscore`` is set (SGR 4:N): 0 plain (SGR 4, 4:1),
+    # 2 double (SGR 21, 4:2), 3 curly, 4 dotted, 5 dashed.
+    ul_style: int = 0
+    # The OSC 8 hyperlink the cell is part of, as the program set it ("params;uri"), or "".
+    link: str = ""
 
 
 BLANK = Cell(" ")
@@ -69,8 +75,9 @@ def sgr(attrs: tuple) -> str:
     """The SGR sequence that sets exactly ``attrs`` (a cell without its text), from any state."""
     cell = Cell(" ", *attrs)
     params = ["0"]
+    underline = "4" if not cell.ul_style else f"4:{cell.ul_style}"
     for flag, code in ((cell.bold, "1"), (cell.dim, "2"), (cell.italics, "3"),
-                       (cell.underscore, "4"), (cell.blink, "5"), (cell.reverse, "7"),
+                       (cell.underscore, underline), (cell.blink, "5"), (cell.reverse, "7"),
                        (cell.hidden, "8"), (cell.strikethrough, "9")):
         if flag:
             params.append(code)
@@ -78,6 +85,21 @@ def sgr(attrs: tuple) -> str:
         if colour != "default":
             params.append(colour_sgr(colour, base))
     return "\x1b[" + ";".join(params) + "m"
+
+
+def hyperlink(link: str) -> str:
+    """The OSC 8 that starts hyperlink ``link`` ("params;uri"), or ends one if empty."""
+    return f"\x1b]8;{link}\x1b\\" if link else "\x1b]8;;\x1b\\"
+
+
+def set_attrs(out: list, attrs: tuple, current) -> None:
+    """Write what changes the attributes from ``current`` to ``attrs``: SGR, and OSC 8
+    when the hyperlink changes (SGR 0 leaves it alone).  ``current`` None: the SGR is
+    unknown, and no link is open."""
+    out.append(sgr(attrs))
+    link = attrs[-1]
+    if link != (current[-1] if current is not None else ""):
+        out.append(hyperlink(link))
 
 
 def is_wide(data: str) -> bool:
@@ -121,7 +143,7 @@ def row_cells(line, cols: int):
         data = cell.data
         if not data:
             yield cell._replace(data=" "), x, False
-        elif data > "~" and (len(data) > 1 or is_wide(data)):
+        elif len(data) > 1 or data > "~" and is_wide(data):
             if is_wide(data):
                 covered = x + 1
             yield cell, x, True
@@ -142,7 +164,9 @@ def write_cells(out: list, run: list, x: int) -> None:
             continue
         data = cell.data or " "
         out.append(data)
-        if data > "~" and (len(data) > 1 or is_wide(data)):
+        # A cell of more than one code point (a cluster; a space and a ZWJ too) is
+        # followed by a cursor move, which also ends the cluster for a model fed this.
+        if len(data) > 1 or data > "~" and is_wide(data):
             width = 2 if is_wide(data) else 1
             if width == 2 and i + 1 < len(run) and not run[i + 1].data:
                 skip = i + 1
@@ -167,7 +191,7 @@ def paint_rows(out: list, buffer, cols: int, rows: int) -> None:
             for attrs, run in groupby(cells, _ATTRS):
                 run = list(run)
                 if attrs != current:
-                    out.append(sgr(attrs))
+                    set_attrs(out, attrs, current)
                     current = attrs
                 text = "".join(map(_DATA, run))
                 if text.isascii() and len(text) == len(run):
@@ -178,9 +202,11 @@ def paint_rows(out: list, buffer, cols: int, rows: int) -> None:
                 x += len(run)
         if last < cols - 1:
             if current != ATTRS_DEFAULT:
-                out.append("\x1b[0m")
+                set_attrs(out, ATTRS_DEFAULT, current)
                 current = ATTRS_DEFAULT
             out.append("\x1b[K")
+    if current is not None and current[-1]:
+        out.append(hyperlink(""))  # what is written after the rows is not in the link
 
 
 def place_cursor(out: list, grid, buffer, x: int, y: int, origin_top: int) -> None:
@@ -201,7 +227,22 @@ def place_cursor(out: list, grid, buffer, x: int, y: int, origin_top: int) -> No
         cell = line[x]
     out.append(f"\x1b[{y - origin_top + 1};{x + 1}H")
     out.append(sgr(cell[1:]))
-    out.append(cell.data or " ")
+    out.append(hyperlink(cell.link) + (cell.data or " ") + hyperlink("") if cell.link
+               else cell.data or " ")
+
+
+def reopen_cluster(out: list, grid, buffer, origin_top: int) -> None:
+    """Rewrite the cell before the cursor if the next text may still join it (a ZWJ or a
+    lone regional indicator at its end): an attach in the middle of a ZWJ sequence or a
+    flag then gets the rest of it into the same cell.  Only SGR and mode changes follow;
+    the cursor's hyperlink, which the cell must share, is already open."""
+    x = grid.open_cluster()
+    if x is None:
+        return
+    cell = buffer_row(buffer, grid.cursor.y)[x]
+    if cell.link != grid.cursor.attrs.link:
+        return  # an OSC 8 would have to follow, and it ends the cluster: left closed
+    out.append(f"\x1b[{grid.cursor.y - origin_top + 1};{x + 1}H{sgr(cell[1:])}{cell.data}")
 
 
 def designations(g0: str, g1: str) -> str:
@@ -218,9 +259,13 @@ def saved_cursor(out: list, grid, buffer, saved) -> None:
     # Margins are still the whole screen here, so origin mode addresses it all.
     place_cursor(out, grid, buffer, saved.x, saved.y, 0)
     out.append(sgr(saved.attrs[1:]))
+    if saved.attrs.link:
+        out.append(hyperlink(saved.attrs.link))
     out.append(designations(saved.g0, saved.g1))
     out.append("\x0e" if saved.charset else "\x0f")
     out.append("\x1b7\x1b(B\x0f")
+    if saved.attrs.link:
+        out.append(hyperlink(""))
     if saved.origin:
         out.append("\x1b[?6l")
 
@@ -275,7 +320,8 @@ def repaint(screen) -> bytes:
     p_saved, a_saved = screen.saved_slots()
     p_keys, a_keys = screen.keyboard_stacks()
     modes = screen.private_modes()
-    out = ["\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7l"]
+    out = ["\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b]8;;\x1b\\\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r"
+           "\x1b[?7l"]
     keyboard_stack(out, p_keys)
     alternate_used = any(cell != BLANK for line in alternate.values() for cell in line.values())
     if not screen.alt and (alternate_used or a_saved is not None or a_keys):
@@ -335,6 +381,9 @@ def repaint(screen) -> bytes:
     place_cursor(out, grid, active, grid.cursor.x, grid.cursor.y, top if 6 in modes else 0)
     out.append(designations(grid.g0_charset, grid.g1_charset))
     out.append("\x0e" if grid.charset else "\x0f")
+    if grid.cursor.attrs.link:
+        out.append(hyperlink(grid.cursor.attrs.link))
+    reopen_cluster(out, grid, active, top if 6 in modes else 0)
     out.append(sgr(grid.cursor.attrs[1:]))
     if 4 in ansi_modes:
         out.append("\x1b[4h")
@@ -342,6 +391,44 @@ def repaint(screen) -> bytes:
     if 2026 not in modes:
         out.append("\x1b[?2026l")
     return "".join(out).encode("utf-8", "replace")
+
+
+def _json_colour(colour: str):
+    """A cell colour as the JSON snapshot gives it: None, a palette index or #rrggbb."""
+    if colour == "default":
+        return None
+    index = _NAME_INDEX.get(colour)
+    if index is not None:
+        return index
+    return int(colour[1:]) if colour[0] == "i" else "#" + colour
+
+
+@functools.lru_cache(maxsize=1024)
+def view_style(attrs: tuple):
+    """A cell's attributes (without its text) as an engine-neutral ``screen_json.Style``."""
+    from .screen_json import Style
+    cell = Cell(" ", *attrs)
+    return Style(fg=_json_colour(cell.fg), bg=_json_colour(cell.bg), bold=cell.bold,
+                 dim=cell.dim, italic=cell.italics,
+                 underline=(cell.ul_style or 1) if cell.underscore else 0, blink=cell.blink,
+                 reverse=cell.reverse, strikethrough=cell.strikethrough, hidden=cell.hidden,
+                 link=cell.link.partition(";")[2] or None)
+
+
+def view_rows(screen):
+    """The active screen's rows as lists of ``screen_json.ViewCell``, one row at a time
+    (a 500x500 screen's cells at once would cost tens of MiB)."""
+    from .screen_json import ViewCell
+    grid = screen._grid
+    attrs, style = None, None
+    for y in range(grid.lines):
+        row = []
+        for cell, x, risky in row_cells(buffer_row(grid.buffer, y), grid.columns):
+            if _ATTRS(cell) != attrs:  # neighbours mostly share attributes: one look-up
+                attrs = _ATTRS(cell)
+                style = view_style(attrs)
+            row.append(ViewCell(x, cell.data, 2 if risky and is_wide(cell.data) else 1, style))
+        yield row
 
 
 def _visible_rows(screen):
@@ -370,11 +457,11 @@ def ansi(screen) -> str:
         parts, current = [], ATTRS_DEFAULT
         for cell in row:
             if cell[1:] != current:
+                set_attrs(parts, cell[1:], current)
                 current = cell[1:]
-                parts.append(sgr(current))
             parts.append(cell.data)
         if current != ATTRS_DEFAULT:
-            parts.append("\x1b[0m")
+            set_attrs(parts, ATTRS_DEFAULT, current)
         lines.append("".join(parts))
     return "\n".join(lines) + "\n"
 
@@ -399,9 +486,12 @@ def _html_colour(colour: str, default: str) -> str:
     return colour
 
 
+_CSS_LINE_STYLES = {2: "double", 3: "wavy", 4: "dotted", 5: "dashed"}
+
+
 @functools.lru_cache(maxsize=256)
 def _css(attrs: tuple) -> str:
-    """Inline CSS for a cell's attributes."""
+    """Inline CSS for a cell's attributes (without its hyperlink: see ``html``)."""
     cell = Cell(" ", *attrs)
     fg, bg = _html_colour(cell.fg, _HTML_FG), _html_colour(cell.bg, _HTML_BG)
     if cell.reverse:
@@ -417,6 +507,8 @@ def _css(attrs: tuple) -> str:
                                      (cell.strikethrough, "line-through")) if flag]
     if lines:
         style.append("text-decoration:" + " ".join(lines))
+        if cell.underscore and cell.ul_style in _CSS_LINE_STYLES:
+            style.append("text-decoration-style:" + _CSS_LINE_STYLES[cell.ul_style])
     return ";".join(style)
 
 
@@ -424,17 +516,36 @@ def html(screen) -> str:
     """The active screen as an HTML ``<pre>`` with inline styles."""
     out = [f'<pre class="clowder-screen" style="color:#{_HTML_FG};background:#{_HTML_BG}">']
     for row in _visible_rows(screen):
-        current = None
+        current, link = None, ""
         for cell in row:
             attrs = cell[1:]
             if attrs != current:
                 if current is not None:
                     out.append("</span>")
-                out.append(f'<span style="{_css(attrs)}">')
+                if cell.link != link:
+                    out.append(_html_link(link, cell.link))
+                    link = cell.link
+                out.append(f'<span style="{_css(attrs[:-1])}">')
                 current = attrs
             out.append(_html.escape(cell.data))
         if current is not None:
             out.append("</span>")
-        out.append("\n")
+        out.append(_html_link(link, "") + "\n")
     out.append("</pre>\n")
     return "".join(out)
+
+
+_LINK_SCHEMES = ("http://", "https://", "ftp://", "file://", "mailto:")  # no javascript:
+
+
+def _html_link(old: str, new: str) -> str:
+    """Close hyperlink ``old`` and open ``new`` ("params;uri"; "" for none) as <a>."""
+    out = "</a>" if _link_uri(old) else ""
+    uri = _link_uri(new)
+    return out + (f'<a href="{_html.escape(uri, quote=True)}">' if uri else "")
+
+
+def _link_uri(link: str) -> str:
+    """The URI of a hyperlink if it may be an HTML link, else ""."""
+    uri = link.partition(";")[2]
+    return uri if uri.lower().startswith(_LINK_SCHEMES) else ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import json
 import logging
 import os
@@ -50,6 +51,9 @@ MAX_RESIZES = 64  # resizes kept for a model not yet fed up to them
 FOLLOW_CHUNK = 256 * 1024
 # A terminal client this far behind is repainted rather than sent what it missed.
 RESYNC_AFTER = 1 << 20
+# A client whose terminal is not the session's size is sent frames (screen_view.py),
+# at most one per this many seconds while output goes on.
+VIEW_INTERVAL = 0.05
 
 EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
 _TASKS: set = set()  # resync repaints under way (a task must be referenced to run)
@@ -58,6 +62,11 @@ _TASKS: set = set()  # resync repaints under way (a task must be referenced to r
 def painted(screen) -> tuple:
     """(repaint bytes, then the held tail) of a model: run in the screen pool."""
     return screen.repaint() + screen.pending, screen.cols, screen.rows
+
+
+def viewed(screen, cols: int, rows: int) -> bytes:
+    """A frame of a model for a terminal of another size: run in the screen pool."""
+    return screen.view(cols, rows)
 
 
 def unit_name(sid: str) -> str:
@@ -77,27 +86,77 @@ class Attachment:
         self.pos = session.ring.head
         self.paused = False
         self.token = None  # its numbered input stream (inputseq.Token), if it has one
-        self.resyncing = False
+        self.resyncing = False  # a repaint is being made and sent (``_resync``)
+        self.again = False  # the size changed while it was: one more once it is done
+        self.viewing = False  # sent frames (screen_view.py), not the program's bytes
+        self.attached_at = time.monotonic()  # the newest writer left takes the size
+
+    def sized_to_session(self) -> bool:
+        """Whether the program's bytes can be sent as they are: a raw reader, a client
+        of unknown size, or one whose terminal is the session's size."""
+        size = self.size
+        return not self.repaints or not all(size) or \
+            size == (self.session.cols, self.session.rows)
 
     def push(self, start: int, data: bytes) -> None:
-        """Live bytes at ring offset ``start``; sent only if the client is in step."""
-        if self.paused or self.pos != start:
+        """Live bytes at ring offset ``start``; sent only if the client is in step.
+        A client that is sent frames gets a new one instead (at most every
+        VIEW_INTERVAL)."""
+        if self.paused:
+            return
+        if self.viewing or not self.sized_to_session():
+            self.refresh()
+            return
+        if self.pos != start:
             return
         self.conn.write_raw(protocol.encode_output(data))
         self.pos = start + len(data)
 
     async def repaint(self) -> None:
-        """Send the current screen; live output continues from the offset after it."""
-        painted, self.pos = await self.session.repaint()
+        """Send the current screen; live output continues from the offset after it.
+        A client whose terminal is not the session's size gets a frame of its size."""
+        if self.sized_to_session():
+            painted, self.pos = await self.session.repaint()
+            self.viewing = False
+        else:
+            painted, self.pos = await self.session.view(*self.size)
+            self.viewing = True
         for i in range(0, len(painted), protocol.MAX_DATA):
             self.conn.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
 
+    def refresh(self) -> None:
+        """Repaint soon (off the loop): after output while viewing, or when the session's
+        or the client's size changed."""
+        if self.resyncing:
+            self.again = True
+            return
+        self.resyncing = True
+        task = asyncio.get_running_loop().create_task(self._resync())
+        _TASKS.add(task)
+        task.add_done_callback(_TASKS.discard)
+
+    def follow_size(self) -> None:
+        """The session's or the client's size changed: frames start, stop or change size."""
+        if self.repaints and (self.viewing or not self.sized_to_session()):
+            self.refresh()
+
     async def _resync(self) -> None:
         try:
+            self.again = False
+            start = time.monotonic()
             await self.repaint()
+            if self.viewing and not self.conn.closed:
+                # Frames are whole: while output goes on, the newest one every interval,
+                # and the model (pure Python: it may be catching up on a flood) busy a
+                # third of the time at most.
+                await asyncio.sleep(max(VIEW_INTERVAL, 2 * (time.monotonic() - start)))
         finally:
             self.resyncing = False
-        if not self.conn.closed:
+        if self.conn.closed:
+            return
+        if self.again:
+            self.refresh()
+        else:
             self.catch_up()
 
     def catch_up(self) -> None:
@@ -105,14 +164,15 @@ class Attachment:
         ring = self.session.ring
         if self.resyncing:
             return  # a repaint is being made: it sets ``pos``, then catches up
+        if self.viewing or not self.sized_to_session():
+            if self.pos < ring.head and not self.paused:
+                self.refresh()  # output came after the last frame
+            return
         if self.repaints and ring.head - self.pos > RESYNC_AFTER:
             # Far behind (a client that stopped reading): the current screen replaces
             # the bytes it missed, instead of megabytes of stale frames.  Made off the
             # loop; until it is sent, live bytes are not (``pos`` is behind them).
-            self.resyncing = True
-            task = asyncio.get_running_loop().create_task(self._resync())
-            _TASKS.add(task)
-            task.add_done_callback(_TASKS.discard)
+            self.refresh()
             return
         if self.pos < ring.tail:
             self.pos = ring.tail  # a raw reader resumes at the oldest byte held
@@ -363,6 +423,11 @@ class Session:
         """
         (vt, _, _), pos = await self.screen_call(painted)
         return vt, pos
+
+    async def view(self, cols: int, rows: int) -> tuple[bytes, int]:
+        """A frame of the current screen for a terminal of ``cols`` x ``rows`` (see
+        screen_view.py), and the ring offset it shows the output up to."""
+        return await self.screen_call(functools.partial(viewed, cols=cols, rows=rows))
 
     def resize_screen(self, cols: int, rows: int) -> None:
         """Note a resize at the current end of output: the model applies it there (the

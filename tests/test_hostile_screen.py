@@ -189,12 +189,14 @@ def test_each_bomb_costs_bounded_time_and_memory_and_others_echo(host, engine):
                                                  P.SnapshotData))
                 t_paint, painted = timed(lambda: repaint_bytes(host, sid))
                 t_html, _ = timed(lambda: _html_or_too_large(host, sid))
+                t_json, _ = timed(lambda: _html_or_too_large(host, sid, "json"))
             growth = mem.stop()
-            rows.append((name, t_snap, t_hist, t_paint, t_html, growth / MiB, echo.p99()))
+            rows.append((name, t_snap, t_hist, t_paint, t_html, growth / MiB, echo.p99(),
+                         t_json))
             assert b"BOMB-END" in hist.data, f"{name}: history lost the end"
             assert painted > 0, f"{name}: no repaint"
             for what, t in (("snapshot", t_snap), ("history", t_hist), ("repaint", t_paint),
-                            ("html snapshot", t_html)):
+                            ("html snapshot", t_html), ("json snapshot", t_json)):
                 assert t < ANSWER, f"{name}: {what} took {t:.1f} s"
             assert growth < GROWTH, f"{name}: the host's peak grew by {growth / MiB:.0f} MiB"
             assert echo.p99() < P99, f"{name}: echo p99 {echo.p99() * 1e3:.0f} ms"
@@ -204,14 +206,15 @@ def test_each_bomb_costs_bounded_time_and_memory_and_others_echo(host, engine):
         echo.close()
         print(f"\nengine {engine}")
         print("\n".join(f"{r[0]:18} snapshot {r[1]:5.2f}s history {r[2]:5.2f}s repaint "
-                        f"{r[3]:5.2f}s html {r[4]:5.2f}s peak +{r[5]:.0f} MiB echo p99 "
+                        f"{r[3]:5.2f}s html {r[4]:5.2f}s json {r[7]:5.2f}s "
+                        f"peak +{r[5]:.0f} MiB echo p99 "
                         f"{r[6] * 1e3:.0f} ms" for r in rows))
 
 
-def _html_or_too_large(host, sid: str):
-    """An HTML snapshot, or the clear refusal when it would not fit in a reply."""
+def _html_or_too_large(host, sid: str, format: str = "html"):
+    """An HTML (or JSON) snapshot, or the clear refusal when it would not fit in a reply."""
     try:
-        return ask(host, P.GetSnapshot(session=sid, format="html"), P.SnapshotData)
+        return ask(host, P.GetSnapshot(session=sid, format=format), P.SnapshotData)
     except RequestFailed as exc:
         assert exc.code == "too-large", exc
         return None

@@ -518,3 +518,120 @@ def test_ghostty_snapshot_formats():
     assert "var(--vt-palette-1)" in html and "--vt-palette-1:" in html
     with pytest.raises(ValueError):
         screen.snapshot("pdf")
+
+
+# Repaint faults of issue 13, seen from a real terminal (tmux 3.3a) on reattach.
+
+def test_reverse_header_keeps_its_last_column():
+    """top writes its reverse-video header to the last column, then SGR 0 and EL with
+    the wrap pending: tmux keeps the last cell reverse, so the model must too, or a
+    repaint shows the header one column short."""
+    screen = fed(b"\x1b[7m" + b"  PID USER".ljust(20) + b"\x1b(B\x1b[m\x1b[39;49m\x1b[K\r\n"
+                 b"\x1b[1m 1 root\x1b[m\x1b[K")
+    row = screen.state()["primary"][0]
+    assert all(cell.reverse for cell in row), [cell.reverse for cell in row]
+    assert b"\x1b[0;7m  PID USER          \x1b[2H" in screen.repaint()
+    round_trip(screen)
+    # Out of a pending wrap, EL erases from the cursor as before.
+    screen = fed(b"\x1b[7m" + b"x" * 20 + b"\x1b[m\x1b[1;19H\x1b[K")
+    assert [cell.reverse for cell in screen.state()["primary"][0]][17:] == [True, False, False]
+    # A pending wrap stays pending through that EL: the next character wraps.
+    screen = fed(b"x" * 20 + b"\x1b[Ky")
+    assert lines(screen)[:2] == ["x" * 20, "y"]
+
+
+@pytest.mark.parametrize("cluster", [
+    "\U0001f469\u200d\U0001f4bb",  # ZWJ sequence: woman, ZWJ, laptop
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466",  # a family of four
+    "\U0001f1eb\U0001f1f7",  # regional indicators F, R: one flag
+    "\u2764\ufe0f",  # a heart with VS16
+], ids=["zwj", "zwj-family", "flag", "vs16"])
+def test_a_grapheme_cluster_is_one_cell_and_repainted_whole(cluster):
+    """Each cluster is one cell (a wide one for the emoji), as tmux lays it out, and a
+    repaint writes its code points in one piece, then puts the cursor after the cell."""
+    screen = fed(f"A{cluster}B".encode())
+    row = screen.state()["primary"][0]
+    width = 1 if cluster[0] == "\u2764" else 2
+    assert row[1].data == cluster and row[1 + width].data == "B", [c.data for c in row[:6]]
+    assert lines(screen)[0] == f"A{cluster}B"
+    assert f"A{cluster}\x1b[{2 + width}GB".encode() in screen.repaint()
+    round_trip(screen)
+    # Split across two feeds (two reads of the pty), it is still one cell.
+    screen = fed(f"A{cluster[:1]}".encode())
+    screen.feed(f"{cluster[1:]}B".encode())
+    assert screen.state()["primary"][0][1].data == cluster
+
+
+def test_a_third_regional_indicator_starts_a_new_flag():
+    screen = fed("\U0001f1eb\U0001f1f7\U0001f1e9\U0001f1ea\U0001f1ec".encode())
+    data = [cell.data for cell in screen.state()["primary"][0][:6]]
+    assert data == ["\U0001f1eb\U0001f1f7", "", "\U0001f1e9\U0001f1ea", "", "\U0001f1ec", ""]
+
+
+def test_underline_styles_survive_a_repaint():
+    screen = fed(b"\x1b[4:3mc\x1b[4:2md\x1b[21me\x1b[4mf\x1b[4:0mg\x1b[4:5mh\x1b[24mi")
+    row = screen.state()["primary"][0]
+    assert [(c.underscore, c.ul_style) for c in row[:7]] == [
+        (True, 3), (True, 2), (True, 2), (True, 0), (False, 0), (True, 5), (False, 0)]
+    assert b"\x1b[0;4:3mc" in screen.repaint()
+    assert "text-decoration-style:wavy" in screen.snapshot("html")
+    round_trip(screen)
+
+
+def test_json_snapshot_of_the_model():
+    """The JSON snapshot in-process (tests/test_snapshot_json.py reads it through the
+    host): spans, styles, the cursor in a pending wrap."""
+    screen = fed("\x1b[1mab\x1b[0mc中\x1b[?2004h\x1b[1;20Hz".encode())
+    doc = json.loads(screen.snapshot("json"))
+    assert doc["rows"][0] == [{"x": 0, "text": "ab", "style": 1},
+                              {"x": 2, "text": "c", "style": 0},
+                              {"x": 3, "text": "中", "style": 0, "width": 2},
+                              {"x": 5, "text": " " * 14 + "z", "style": 0}]
+    assert doc["styles"] == [{}, {"bold": True}]
+    assert doc["cursor"] == {"x": 19, "y": 0, "visible": True, "style": 0,
+                             "pending_wrap": True}
+    assert doc["modes"]["bracketed_paste"] is True and doc["modes"]["mouse"] is None
+    assert doc["rows"][1:] == [[], [], [], []]
+
+
+def test_hyperlinks_survive_a_repaint():
+    """OSC 8: the cells written between the start and the end of a link keep it (SGR 0
+    does not end it); a repaint and the ANSI and JSON snapshots give it back."""
+    screen = fed(b"a \x1b]8;id=7;https://example.com/x\x1b\\\x1b[1mln\x1b[0mk\x1b]8;;\x1b\\ b"
+                 b"\x1b]8;;https://open.example\x07still")
+    row = screen.state()["primary"][0]
+    assert [c.link for c in row[:6]] == ["", "", "id=7;https://example.com/x",
+                                        "id=7;https://example.com/x",
+                                        "id=7;https://example.com/x", ""]
+    assert row[7].link == ";https://open.example"
+    repaint = screen.repaint()
+    assert b"\x1b]8;id=7;https://example.com/x\x1b\\" in repaint
+    assert repaint.endswith(b"\x1b]8;;https://open.example\x1b\\\x1b[0m\x1b[?25h\x1b[?2026l")
+    copy = round_trip(screen)
+    for s in (screen, copy):
+        s.feed(b"!")
+    assert copy.state()["primary"][0][12].link == ";https://open.example"
+    assert b"\x1b]8;id=7;https://example.com/x\x1b\\ln" in screen.snapshot("ansi").encode()
+    doc = json.loads(screen.snapshot("json"))
+    assert {"link": "https://example.com/x", "bold": True} in doc["styles"]
+    html = screen.snapshot("html")
+    assert html.count('<a href="https://example.com/x">') == 1 and html.count("</a>") == 2
+    assert "javascript" not in fed(b"\x1b]8;;javascript:alert(1)\x1b\\x").snapshot("html")
+    # Too long, or with controls: no link (what a repaint writes stays bounded and clean).
+    screen = fed(b"\x1b]8;;https://x/" + b"y" * 5000 + b"\x1b\\long")
+    assert screen.state()["primary"][0][0].link == ""
+
+
+def test_view_for_a_terminal_of_another_size():
+    """screen_view: the top-left part that fits, dim dots past the session's edges, the
+    cursor shown only inside that part, a wide character cut by the edge left out."""
+    screen = fed("\x1b[?1h\x1b[?2004htop\x1b[2;4H中x\x1b[5;1Hlast".encode(), cols=10, rows=5)
+    bigger = fed(screen.view(14, 7), cols=14, rows=7)
+    assert lines(bigger) == ["top       ....", "   中x    ....", "          ....",
+                             "          ....", "last      ....", "." * 14, "." * 14]
+    assert bigger.state()["primary"][5][0].dim
+    assert bigger.state()["cursor"][:2] == (4, 4) and 25 in bigger.private_modes()
+    assert {1, 2004} <= bigger.private_modes()
+    smaller = fed(screen.view(4, 3), cols=4, rows=3)
+    assert lines(smaller) == ["top", "", ""]  # 中 at columns 3-4 does not fit in 4
+    assert 25 not in smaller.private_modes(), "the cursor is outside the part shown"

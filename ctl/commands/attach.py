@@ -210,7 +210,7 @@ class _Session:
                 if self.resized:
                     self.resized = False
                     cols, rows = _size()
-                    if cols and rows and not self.args.read_only:
+                    if cols and rows:  # read-only too: its frames follow its size
                         self.outbuf += protocol.encode(protocol.Resize(cols=cols, rows=rows))
         except (BrokenPipeError, ConnectionResetError):
             # The host went away (a restart) before we read its EOF: dropped, as at EOF.

@@ -10,7 +10,7 @@ from ..client import Client
 def add_parser(sub):
     p = sub.add_parser("snapshot", help="print the session's current screen")
     p.add_argument("session", metavar="ID")
-    p.add_argument("--format", choices=("text", "ansi", "html"), default="text")
+    p.add_argument("--format", choices=("text", "ansi", "html", "json"), default="text")
     p.set_defaults(run=run_snapshot)
     h = sub.add_parser("history", help="print the session's recent output as text")
     h.add_argument("session", metavar="ID")

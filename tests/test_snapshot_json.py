@@ -1,0 +1,106 @@
+"""``clowderctl snapshot --format json`` through the real host (issue 13, acceptance 5).
+
+A session's program sets colours, attributes, the cursor and modes; the JSON snapshot
+read back says what it set (schema: docs/snapshot-json.md).  Both scopes, as every
+host test.
+"""
+
+from __future__ import annotations
+
+import json
+
+from conftest import PYTHON, wait_for
+
+# What the program prints, as printf(1) arguments: one line per thing it sets.
+PROGRAM = "".join((
+    r"\033]2;json-title\007",
+    r"\033[1;31mbold-red\033[0m ",
+    r"\033[2;3;5;7;9mattrs\033[0m ",
+    r"\033[4:3;38;5;208mcurly\033[0m\033[21mdouble\033[0m\r\n",
+    r"\033[38;2;1;2;3;48;5;17mtrue\033[0m\033[8mpw\033[0m\r\n",
+    r"wide:\344\270\255|\360\237\207\253\360\237\207\267|end",
+    r"\033[?1h\033=\033[?2004h\033[?1002h\033[?1006h\033[?1004h\033[>5u",
+    r"\033[4 q\033[5;7H",
+    r"\033[?1049h\033[?25l",
+    r"alt-text",
+))
+
+
+def snapshot(host, sid: str) -> dict:
+    return json.loads(host.ctl("snapshot", sid, "--format", "json").stdout)
+
+
+def cell_at(doc: dict, x: int, y: int) -> tuple:
+    """(text, style) of the span covering column x of row y; text is the cell's own."""
+    for span in doc["rows"][y]:
+        width = span.get("width")
+        if width is not None and span["x"] <= x < span["x"] + width:
+            return span["text"], doc["styles"][span["style"]]
+        if width is None and span["x"] <= x < span["x"] + len(span["text"]):
+            return span["text"][x - span["x"]], doc["styles"][span["style"]]
+    return " ", {}
+
+
+def row_text(doc: dict, y: int) -> str:
+    return "".join(span["text"] for span in doc["rows"][y])
+
+
+def test_json_snapshot_reads_back_what_the_program_set(host):
+    sid = host.spawn("sh", "-c", f"printf '{PROGRAM}'; exec sleep 100000", size="60x12")
+    wait_for(lambda: b"alt-text" in host.backlog(sid), 10, "the program's output")
+    doc = snapshot(host, sid)
+    assert doc["version"] == 1 and doc["size"] == {"cols": 60, "rows": 12}, doc
+    assert doc["title"] == "json-title"
+    # The alternate screen is shown: its text, the cursor after it, hidden.
+    assert doc["modes"]["alternate_screen"] is True
+    assert row_text(doc, 4).strip() == "alt-text", doc["rows"]
+    assert doc["cursor"] == {"x": 14, "y": 4, "visible": False, "style": 4,
+                             "pending_wrap": False}, doc["cursor"]
+    assert {k: doc["modes"][k] for k in ("application_cursor", "application_keypad",
+                                         "bracketed_paste", "mouse", "mouse_encoding",
+                                         "focus", "autowrap", "origin", "keyboard")} == {
+        "application_cursor": True, "application_keypad": True, "bracketed_paste": True,
+        "mouse": "button", "mouse_encoding": "sgr", "focus": True, "autowrap": True,
+        "origin": False, "keyboard": 0}, doc["modes"]  # the alternate screen's own stack
+
+    # The same program, then back to the primary screen: its attributes as set.
+    sid2 = host.spawn("sh", "-c", f"printf '{PROGRAM}\\033[?1049l'; exec sleep 100000",
+                      size="60x12")
+    wait_for(lambda: b"\x1b[?1049l" in host.backlog(sid2), 10, "the program's output")
+    doc = snapshot(host, sid2)
+    assert doc["modes"]["alternate_screen"] is False and doc["modes"]["keyboard"] == 5
+    assert doc["cursor"]["x"] == 6 and doc["cursor"]["y"] == 4, doc["cursor"]
+    assert cell_at(doc, 0, 0) == ("b", {"fg": 1, "bold": True})
+    assert cell_at(doc, 9, 0) == ("a", {"dim": True, "italic": True, "blink": True,
+                                        "reverse": True, "strikethrough": True})
+    assert cell_at(doc, 15, 0) == ("c", {"fg": 208, "underline": 3})
+    assert cell_at(doc, 20, 0) == ("d", {"underline": 2})
+    assert cell_at(doc, 0, 1) == ("t", {"fg": "#010203", "bg": 17})
+    assert cell_at(doc, 4, 1) == ("p", {"hidden": True})
+    # Wide cells are spans of their own, a flag one cell: what follows is where it was.
+    wide = [span for span in doc["rows"][2] if "width" in span]
+    assert [(s["x"], s["text"], s["width"]) for s in wide] == [
+        (5, "\u4e2d", 2), (8, "\U0001f1eb\U0001f1f7", 2)], doc["rows"][2]
+    assert cell_at(doc, 10, 2) == ("|", {})
+    # Runs of equal style are merged: the row of plain text is one span, then the wides.
+    assert doc["rows"][2][0] == {"x": 0, "text": "wide:", "style": 0}
+    assert doc["styles"][0] == {}
+
+
+def test_a_bad_format_gets_a_clear_error(host):
+    sid = host.spawn("sh", "-c", "echo hi; exec sleep 100000")
+    wait_for(lambda: b"hi" in host.backlog(sid), 10, "the program's output")
+    # clowderctl refuses it itself; the host's own answer, on the wire:
+    r = host.run([PYTHON, "-c", f"""
+from ctl.client import Client, RequestFailed
+from ptyhostd import protocol as P
+with Client({host.socket!r}) as c:
+    try:
+        c.request(P.GetSnapshot(session={sid!r}, format="pdf"), P.SnapshotData)
+    except RequestFailed as exc:
+        print(exc.code, exc)
+"""])
+    out = r.stdout.decode()
+    assert out.startswith("bad-request") and "'pdf'" in out and "json" in out, out
+    proc = host.ctl("snapshot", sid, "--format", "pdf", check=False)
+    assert proc.returncode == 2 and b"invalid choice" in proc.stderr
