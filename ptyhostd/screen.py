@@ -582,6 +582,8 @@ class Screen:
                 continue  # DECCOLM: xterm ignores it by default, and pyte would resize
             elif private and mode == 5:
                 (g.mode.add if on else g.mode.discard)(mo.DECSCNM)  # pyte rewrote every cell
+            elif private and mode == 66:
+                self.keypad = on  # DECNKM is DECKPAM/DECKPNM as a mode (ghostty repaints so)
             elif on:
                 g.set_mode(mode, private=private)
             else:

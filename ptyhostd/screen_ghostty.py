@@ -51,6 +51,7 @@ _PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b
            b"\x1b[H\x1b[2J"
 _EPILOGUE = b"\x1b[?2026l"
 _ERASE = b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
+_SHAPE = re.compile(rb"\x1b\[(\d{0,3}) q|\x1b(c)")  # DECSCUSR, or RIS (which resets it)
 _URI_CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_TITLE = 4096  # characters of a title a repaint sends (as screen.py keeps)
@@ -98,6 +99,7 @@ class GhosttyScreen:
         _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_CONTINUATION_MAX_BYTES, MAX_PENDING,
                     "setting the continuation's bytes")
         self._cols, self._rows = cols, rows
+        self.cursor_shape, self._shape_tail = 0, b""  # DECSCUSR's last word (_follow_shape)
         self._activity = ffi.new("uint64_t*")
         self._compression = ffi.new("GhosttyTerminalCompressionResult*")
         self._compressed_at = 0
@@ -127,7 +129,23 @@ class GhosttyScreen:
         if data:
             start = time.perf_counter()
             lib.ghostty_terminal_vt_write(self._t, data, len(data))
+            if b" q" in data or b"\x1bc" in data or self._shape_tail \
+                    or b"\x1b" in data[-16:]:
+                self._follow_shape(data)
             self.work += int((time.perf_counter() - start) * WORK_PER_SECOND)
+
+    def _follow_shape(self, data: bytes) -> None:
+        """Keep the cursor's shape (DECSCUSR), which ghostty's C API does not give back
+        (its CURSOR_STYLE is the pen, not the shape); RIS resets it.  A sequence cut
+        between two feeds is found in the joined edge."""
+        edge = self._shape_tail + data[:16]
+        for part in (edge, data):
+            last = None
+            for m in _SHAPE.finditer(part):
+                last = m
+            if last is not None:
+                self.cursor_shape = 0 if last.group(2) else min(int(last.group(1) or 0), 6)
+        self._shape_tail = data[-16:] if b"\x1b" in data[-16:] else b""
 
     def resize(self, cols: int, rows: int) -> None:
         """Follow the pty's new size (ghostty reflows the primary screen, as it would)."""
@@ -161,6 +179,7 @@ class GhosttyScreen:
         title = self.title
         if title:
             out.append(b"\x1b]2;" + title.encode() + b"\x1b\\")
+        out.append(b"\x1b[%d q" % self.cursor_shape)
         if self.get("cursor_visible", "bool"):
             out.append(b"\x1b[?25h")
         if not self._term.mode(2026):  # in a program's own synchronized update, it ends it
@@ -373,6 +392,7 @@ class GhosttyScreen:
         self.errors = self.work = self._compressed_at = 0
         self._activity = ffi.new("uint64_t*")
         self._compression = ffi.new("GhosttyTerminalCompressionResult*")
+        self.cursor_shape, self._shape_tail = 0, b""  # not in ghostty's snapshot
         return self
 
     def close(self) -> None:

@@ -635,3 +635,26 @@ def test_view_for_a_terminal_of_another_size():
     smaller = fed(screen.view(4, 3), cols=4, rows=3)
     assert lines(smaller) == ["top", "", ""]  # 中 at columns 3-4 does not fit in 4
     assert 25 not in smaller.private_modes(), "the cursor is outside the part shown"
+
+
+@ghostty_only
+@pytest.mark.parametrize("chunks,shape", [
+    ([b"\x1b[4 qx"], 4), ([b"a\x1b[", b"6 qb"], 6), ([b"\x1b[5 q", b"\x1bc"], 0), ([b"x"], 0),
+])
+def test_ghostty_repaint_keeps_the_cursor_shape(chunks, shape):
+    """ghostty's C API does not give the cursor's shape back (its CURSOR_STYLE is the
+    pen): the adapter follows DECSCUSR itself, across a cut, and RIS resets it."""
+    screen = fed(b"", engine="ghostty")
+    for chunk in chunks:
+        screen.feed(chunk)
+    assert screen.cursor_shape == shape
+    assert b"\x1b[%d q" % shape in screen.repaint()
+    assert fed(screen.repaint(), screen.cols, screen.rows, "ghostty").cursor_shape == shape
+    assert json.loads(screen.snapshot("json"))["cursor"]["style"] == shape
+
+
+def test_decnkm_is_the_application_keypad():
+    """CSI ? 66 h/l (DECNKM) sets the keypad as ESC = / ESC > do; ghostty's repaint says
+    it so, and the pyte copy that makes its JSON snapshot must read it."""
+    assert fed(b"\x1b[?66h").keypad and not fed(b"\x1b[?66h\x1b[?66l").keypad
+    assert fed(b"\x1b=\x1b[?66l").keypad is False
