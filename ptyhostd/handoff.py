@@ -25,7 +25,9 @@ import struct
 import subprocess
 import sys
 
-from . import __version__, faults
+from clowder_common import __version__
+
+from . import faults
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 

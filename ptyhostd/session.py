@@ -22,7 +22,7 @@ import select
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from . import protocol
+import clowder_wire as protocol
 from .fd import Fd
 from .inputqueue import InputQueue
 from .ring import Ring

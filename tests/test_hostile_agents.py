@@ -22,7 +22,7 @@ import pytest
 
 from conftest import PYTHON, ensure_user, wait_for
 from ctl.client import Client
-from ptyhostd import protocol as P
+import clowder_wire as P
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
 from test_ending import control_socket
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ptyhostd import protocol as P
+import clowder_wire as P
 
 
 def roundtrip(msg):
@@ -80,7 +80,7 @@ def test_fuzz_garbage_never_crashes(data):
         assert str(exc)
 
 
-kinds = st.sampled_from(sorted(P._REGISTRY))
+kinds = st.sampled_from(sorted(P.KINDS))
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
@@ -104,6 +104,6 @@ def test_fuzz_wellformed_frames_with_hostile_fields(kind, obj, tail):
         assert exc.code in ("bad-field", "bad-json", "truncated")
         return
     assert msg.KIND == kind
-    for name, typ, optional, _ in P._fields(type(msg)):
+    for name, typ, optional, _ in P.fields_of(type(msg)):
         value = getattr(msg, name)
         assert isinstance(value, typ) or (optional and value is None)

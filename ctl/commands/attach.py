@@ -11,8 +11,8 @@ import termios
 import time
 import tty
 
-from ptyhostd import protocol
-from ptyhostd.pty import fit_size
+import clowder_wire as protocol
+from clowder_wire.host import fit_size
 
 from ..client import (Client, ClientError, NotAnswering, RequestFailed,
                       default_control_socket)
