@@ -22,7 +22,6 @@ import shlex
 import signal
 import socket
 import subprocess
-from dataclasses import dataclass
 
 from . import deadline
 
@@ -35,24 +34,38 @@ SSH_DEFAULTS = ("-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3")
 _STDERR_SHOWN = 2000  # the tail of ssh's stderr quoted in an error
 
 
-@dataclass(frozen=True)
 class Remote:
     """A clowder reached through ``ssh HOST`` and the relay.
 
     ``target``: the daemon the relay connects to there, "control" (clowder-control) or
     "host" (the PTY host); ``socket``: its socket on that machine, if not the default.
+    A plain class, not a dataclass: importing dataclasses was ~15 ms of every
+    clowderctl command's start (docs/design.md, "the wire package").
     """
 
-    host: str  # [USER@]HOST, as ssh takes it
-    socket: str | None = None  # passed to the remote relay as --socket
-    target: str = "control"
+    __slots__ = ("host", "socket", "target")
 
-    def __post_init__(self):
+    def __init__(self, host: str, socket: str | None = None, target: str = "control"):
         # A "host" starting with "-" would be read by ssh as an option (-oProxyCommand=...).
-        if not self.host or self.host.startswith("-") or any(c.isspace() for c in self.host):
-            raise ValueError(f"invalid host {self.host!r}: expected [USER@]HOST")
-        if self.target not in ("control", "host"):
-            raise ValueError(f"invalid relay target {self.target!r}")
+        if not host or host.startswith("-") or any(c.isspace() for c in host):
+            raise ValueError(f"invalid host {host!r}: expected [USER@]HOST")
+        if target not in ("control", "host"):
+            raise ValueError(f"invalid relay target {target!r}")
+        self.host = host  # [USER@]HOST, as ssh takes it
+        self.socket = socket  # passed to the remote relay as --socket
+        self.target = target
+
+    def _key(self) -> tuple:
+        return (self.host, self.socket, self.target)
+
+    def __eq__(self, other):
+        return self._key() == other._key() if type(other) is Remote else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Remote(host={self.host!r}, socket={self.socket!r}, target={self.target!r})"
 
     def __str__(self) -> str:
         return f"ssh {self.host}"
