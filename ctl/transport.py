@@ -21,9 +21,11 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
 
 from . import deadline
+
+# subprocess (~4 ms) is imported where ssh is run, not here: every clowderctl command
+# imports this module, and only one given --host runs anything.
 
 DEFAULT_SSH = "ssh"
 DEFAULT_CTL = "clowderctl"
@@ -110,6 +112,7 @@ class Remote:
 
         For the commands that read that machine's own files or journal (logs, config
         check, install-units): they have no daemon to relay to."""
+        import subprocess
         argv = self.ssh(" ".join([self.remote_ctl(), *map(shlex.quote, ctl_args)]))
         try:
             return subprocess.call(argv)
@@ -125,6 +128,7 @@ class SshTransport:
     """A running ``ssh HOST relay``: ``sock`` is our end of its stdin/stdout."""
 
     def __init__(self, remote: Remote):
+        import subprocess
         self.remote = remote
         argv = remote.command()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -153,6 +157,7 @@ class SshTransport:
 
     def why_closed(self, timeout: float = 2.0) -> str:
         """Why the stream ended, for an error: ssh's exit status and its last words."""
+        import subprocess
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -168,6 +173,7 @@ class SshTransport:
 
     def close(self, timeout: float = 3.0) -> None:
         """Close our end and reap ssh; it is ended if it does not leave by itself."""
+        import subprocess
         if self.sock.fileno() >= 0:
             # EOF to ssh -> EOF to the relay -> it half-closes the daemon's socket, the
             # daemon closes, the relay and then ssh exit: the remote end is cleaned up too.

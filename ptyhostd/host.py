@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import pwd
-import secrets
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -180,9 +179,9 @@ class Host(Adoption):
                 raise RequestError(full, "capacity")
         if fdstore.fds_short(len(self.sessions)):
             raise RequestError(self._out_of_fds("a new session"), "capacity")
-        sid = secrets.token_hex(4)
+        sid = os.urandom(4).hex()  # as secrets.token_hex, without its ~6 ms import
         while sid in self.sessions:
-            sid = secrets.token_hex(4)
+            sid = os.urandom(4).hex()
         name = name or sid
         try:
             master, slave, tty = pty.open_pair(sid)
