@@ -9,7 +9,9 @@ private systemd instance NAME (tools/sysinstance.py), and inside it, with clowde
 system units installed and one session drawing a full 80x24 screen, times N runs of
 each, alternating clowder and tmux so that the load of a shared machine falls on both:
 
-- `clowderctl --help`, beside `python3 -c pass` (the interpreter's own floor);
+- `clowderctl --help`, beside the floors of any Python client: the venv's `python -c
+  pass`, and the same importing only the standard modules clowderctl needs (argparse,
+  json, re, select, socket);
 - `clowderctl ps`, beside `tmux ls` against a tmux server with one session;
 - `clowderctl attach ID` to its first full paint, beside `tmux attach`: each client is
   started on a new 80x24 pty and timed until the screen's bottom row (a marker) has been
@@ -91,7 +93,9 @@ def outer(args) -> int:
 
 
 def table(r: dict) -> str:
-    rows = [("`clowderctl --help`", "help", "`python3 -c pass`", "python"),
+    rows = [("`clowderctl --help`", "help", "`python -c pass`", "python"),
+            ("`clowderctl --help`", "help", "`python -c 'import argparse, json, ...'`",
+             "stdlib"),
             ("`clowderctl --help`", "help", "`tmux ls`", "tmux_ls"),
             ("`clowderctl ps`", "ps", "`tmux ls`", "tmux_ls"),
             ("`clowderctl attach` to first full paint", "attach", "`tmux attach`",
@@ -144,12 +148,14 @@ def inner(args) -> int:
             os.close(master)
 
     samples: dict[str, list[float]] = {k: [] for k in (
-        "python", "help", "ps", "tmux_ls", "attach", "tmux_attach")}
+        "python", "stdlib", "help", "ps", "tmux_ls", "attach", "tmux_attach")}
+    stdlib = [sys.executable, "-c", "import argparse, json, re, select, socket"]
     # One warm-up of each (page cache, .pyc files), not counted.
     wall([ctl, "--help"]), wall([ctl, "ps"]), wall([*tmux, "ls"])
     paint([ctl, "attach", sid]), paint([*tmux, "attach", "-t", "startup"])
     for i in range(args.runs):
-        samples["python"].append(wall(["/usr/bin/python3", "-c", "pass"]))
+        samples["python"].append(wall([sys.executable, "-c", "pass"]))
+        samples["stdlib"].append(wall(stdlib))
         samples["help"].append(wall([ctl, "--help"]))
         samples["tmux_ls"].append(wall([*tmux, "ls"]))
         samples["ps"].append(wall([ctl, "ps"]))

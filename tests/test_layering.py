@@ -121,3 +121,11 @@ def test_clowderctl_starts_without_dataclasses_or_typing():
             "print(sorted(m for m in ('dataclasses', 'typing', 'yaml', 'pyte') "
             "if m in sys.modules))")
     assert python(code) == "[]"
+
+
+def test_the_host_starts_without_a_screen_model():
+    """pyte and the screen are imported at first use, not before the host serves."""
+    code = ("import sys; sys.argv = ['ptyhostd']; import ptyhostd.__main__; "
+            "print(sorted(m for m in ('pyte', 'ptyhostd.screen', 'ptyhostd.history', "
+            "'clowder_common.lines', 'yaml', 'secrets') if m in sys.modules))")
+    assert python(code) == "[]"
