@@ -42,7 +42,8 @@ stage:
 	tar --exclude=.git -cf - . | tar -C $(STAGE) -xf -
 
 test-unit: venv
-	$(PYTHON) -m pytest $(PYTEST_ARGS) tests/test_protocol.py tests/test_ring.py tests/test_units.py
+	$(PYTHON) -m pytest $(PYTEST_ARGS) tests/test_protocol.py tests/test_ring.py tests/test_units.py \
+	  tests/test_layering.py
 
 test: venv stage
 	python3 tools/sshhost.py fetch  # the ssh test box's debs: instances have no network

@@ -1,6 +1,6 @@
 """clowder under the benchmark: its units, a minimal protocol client, and its terminals.
 
-The minimal client speaks ``ptyhostd.protocol`` directly and does no more work per byte
+The minimal client speaks ``clowder_wire`` directly and does no more work per byte
 than a reader must (split frames, keep the Output bytes), so the throughput it sees is
 the host's, not clowderctl's.  clowderctl attach is measured beside it as the user's path.
 """
@@ -14,7 +14,7 @@ import socket
 import struct
 import sys
 
-from ptyhostd import protocol as P
+import clowder_wire as P
 
 from common import (COLS, ROWS, TERM, PtyTerminal, Terminal, client_env, run, spawn_on_pty,
                     wait_for)
@@ -236,7 +236,7 @@ class ClowderPeer:
     """clowder with the minimal protocol client attached."""
 
     name = "clowder"
-    note = "ptyhostd; minimal protocol client (ptyhostd.protocol) attached"
+    note = "ptyhostd; minimal protocol client (clowder_wire) attached"
 
     def __init__(self):
         self.control: Conn | None = None

@@ -38,7 +38,7 @@ WHAT = """\
 **1. Throughput.** A fresh session per measurement runs
 `stty -echo; (answer PONG to lines until "go"); cat FILE; print DONE`.  The peer's
 client is attached in a pty of ours (80x24, TERM=xterm-256color); for clowder, either
-the minimal client that speaks `ptyhostd.protocol` directly (`clowder`: splits frames
+the minimal client that speaks `clowder_wire` directly (`clowder`: splits frames
 and keeps the Output bytes, nothing more) or `clowderctl attach` in a pty
 (`clowderctl`).  A ping/PONG round trip proves the path is live, then the clock runs
 from typing `go` to DONE reaching the attached client.  The raw pty is the limit: the

@@ -199,26 +199,31 @@ def main() -> int:
     return code
 
 
-# The chaos run's counts (make test-soak) stand in docs/bench.md between these marks;
-# they come from a test run, not from here, so a new report keeps them.
-CHAOS_BEGIN = "<!-- chaos run (make test-soak): kept by bench/run.py -->"
-CHAOS_END = "<!-- end of the chaos run -->"
+# Sections of docs/bench.md that come from another run than this one stand between
+# these marks, and a new report keeps them: the chaos run's counts (make test-soak),
+# and clowderctl's start-up (bench/startup.py).
+KEPT = (("<!-- chaos run (make test-soak): kept by bench/run.py -->",
+         "<!-- end of the chaos run -->"),
+        ("<!-- start-up (bench/startup.py): kept by bench/run.py -->",
+         "<!-- end of the start-up -->"))
 
 
-def _with_chaos_counts(text: str, md: str) -> str:
-    """``text`` with the chaos-run section of the current ``md`` put back, before
+def _with_kept_sections(text: str, md: str) -> str:
+    """``text`` with each KEPT section of the current ``md`` put back, before
     "How to run"."""
     try:
         with open(md) as f:
             old = f.read()
     except FileNotFoundError:
         return text
-    start, end = old.find(CHAOS_BEGIN), old.find(CHAOS_END)
-    if start < 0 or end < start:
-        return text
-    block = old[start:end + len(CHAOS_END)] + "\n\n"
-    at = text.find("## How to run")
-    return text[:at] + block + text[at:] if at >= 0 else text + "\n" + block
+    for begin, end_mark in KEPT:
+        start, end = old.find(begin), old.find(end_mark)
+        if start < 0 or end < start:
+            continue
+        block = old[start:end + len(end_mark)] + "\n\n"
+        at = text.find("## How to run")
+        text = text[:at] + block + text[at:] if at >= 0 else text + "\n" + block
+    return text
 
 
 def write_report(results_path: str, plot_py: str | None) -> int:
@@ -240,7 +245,7 @@ def write_report(results_path: str, plot_py: str | None) -> int:
     text = report.markdown(results, "bench.png" if have_png else None,
                            os.path.basename(results_path))
     with open(md, "w") as f:
-        f.write(_with_chaos_counts(text, md))
+        f.write(_with_kept_sections(text, md))
     say(f"wrote {md}" + (f" and {png}" if have_png else ""))
     return 0
 

@@ -10,9 +10,9 @@ import signal
 import socket
 import sys
 
-from ptyhostd import __version__, fdstore
-from ptyhostd.listener import Listener
-from ptyhostd.log import setup as setup_logging
+from clowder_common import __version__, sdnotify
+from clowder_common.listener import Listener
+from clowder_common.log import setup as setup_logging
 
 from . import config as configuration
 from . import configfile
@@ -94,7 +94,7 @@ async def _serve(args) -> None:
         sup.problems.append(problem)
     await sup.apply(cfg, "clowder-control started")
     server = ControlServer(sup, host_status)
-    listeners = [socket.socket(fileno=fd) for fds in fdstore.inherited().values() for fd in fds]
+    listeners = [socket.socket(fileno=fd) for fds in sdnotify.inherited().values() for fd in fds]
     if not listeners:
         if not args.socket:
             raise SystemExit("clowder-control: not socket-activated and no --socket given")
@@ -135,9 +135,9 @@ async def _serve(args) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
-    fdstore.notify(f"READY=1\nSTATUS={len(sup.runtimes)} agents")
+    sdnotify.notify(f"READY=1\nSTATUS={len(sup.runtimes)} agents")
     await stop.wait()
-    fdstore.notify("STOPPING=1")
+    sdnotify.notify("STOPPING=1")
     log.info("clowder-control stopping; agents keep running", extra={"CLOWDER_CAUSE": "stop"})
 
 

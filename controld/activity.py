@@ -18,8 +18,9 @@ So only silence makes an agent idle; the prompt test merely says why it is idle.
   whole again once its rest arrives; an unfinished one at the very end is pending: not
   shown until it completes.  If the tail was cut, its first line, which may begin in the
   middle of a sequence, is dropped.
-- The bytes are rendered by the line model of ``ptyhostd/lines.py`` (escape sequences
-  removed, CR overwrites, cursor moves to another row end the line, a clear starts over).
+- The bytes are rendered by the line model of ``clowder_common/lines.py`` (escape
+  sequences removed, CR overwrites, cursor moves to another row end the line, a clear
+  starts over).
 - A line that is blank, or made only of box-drawing and block characters (a border, a
   rule), is decoration; a line matching one of ``footers`` is a hint row drawn under an
   agent's input box (defaults: Claude Code's and Codex's "? for shortcuts", "(shift+tab
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import re
 
-from ptyhostd.lines import render
+from clowder_common.lines import render
 
 TAIL = 4096
 DEFAULT_PROMPTS = (

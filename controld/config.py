@@ -53,12 +53,13 @@ from dataclasses import dataclass
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from clowder_wire.host import MAX_CELLS, MAX_COLS
+
 SYSTEM_PATH = "/etc/clowder/clowder.yaml"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIZE_RE = re.compile(r"(\d{1,5})x(\d{1,5})")
-MAX_SIZE = 1000  # a side; the host's limits are ptyhostd.pty.valid_size's
-MAX_CELLS = 250_000
+MAX_SIZE = MAX_COLS  # a side; the host refuses any size past the wire's limits
 SPLITS = ("right", "below")
 MAX_DEPTH = 64
 MAX_MERGED = 100_000

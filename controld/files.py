@@ -19,7 +19,7 @@ import os
 import secrets
 import stat
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from . import paths
 from .watch import Watch

@@ -13,7 +13,8 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, Optional
 
-from ptyhostd import __version__, protocol
+import clowder_wire as protocol
+from clowder_common import __version__
 
 log = logging.getLogger("clowder-control")
 

@@ -3,7 +3,7 @@
 ``ssh HOST clowderctl relay`` is one byte stream.  A client that wants more than one
 thing from it at once (a session attached, status, files, git, a forwarded port) sends
 OpenStream frames after the handshake; from then on the connection carries only 5xx
-frames (ptyhostd.protocol) and each numbered stream is a byte stream of its own:
+frames (clowder_wire) and each numbered stream is a byte stream of its own:
 
 - ``session`` and ``status``: the control requests, framed as on a connection of their
   own but already greeted (``ControlServer.serve``): status, up/down/restart, attach.
@@ -23,7 +23,7 @@ import asyncio
 import logging
 from typing import Optional
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 log = logging.getLogger("clowder-control")
 P = protocol

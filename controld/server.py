@@ -1,6 +1,6 @@
 """clowder-control's socket: the control-plane requests of clowderctl (and relays).
 
-The same framing and handshake as the PTY host (ptyhostd.protocol), kinds 4xx; a
+The same framing and handshake as the PTY host (clowder_wire), kinds 4xx; a
 connection whose first request is OpenStream becomes multiplexed (controld.mux).
 Status is open to anyone who can connect, and shows a member only their own sessions
 (root and the daemon's own uid see all); changing an agent, attaching to it, its files,
@@ -16,7 +16,8 @@ import socket
 import struct
 from typing import Optional
 
-from ptyhostd import __version__, protocol
+import clowder_wire as protocol
+from clowder_common import __version__
 
 from .hostclient import HostError, open_host
 from .mux import Mux

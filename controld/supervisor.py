@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from .activity import Activity
 from .config import Agent, Config, Shell, to_dict

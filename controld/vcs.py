@@ -29,7 +29,7 @@ import os
 import pwd
 import signal
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from . import paths
 from .files import FileError, error_for, resolve_root

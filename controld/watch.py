@@ -25,7 +25,7 @@ import logging
 import os
 import struct
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from . import paths
 

@@ -7,7 +7,7 @@ import sys
 
 from . import deadline
 from .client import ClientError, NotAnswering, RequestFailed
-from .commands import COMMANDS
+from .commands import add_all
 from .text import shown
 from .transport import Remote
 
@@ -52,9 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "$CLOWDER_REMOTE_RELAY: the command run there, default `clowderctl "
                    "relay`; $CLOWDER_REMOTE_CTL: how to run clowderctl there); "
                    "logs, config and install-units run there whole")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMANDS:
-        module.add_parser(sub)
+    add_all(p)
     return p
 
 

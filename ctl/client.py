@@ -17,7 +17,8 @@ import select
 import socket
 import time
 
-from ptyhostd import __version__, protocol
+import clowder_wire as protocol
+from clowder_common import __version__
 
 from . import deadline
 from .transport import Remote, SshTransport

@@ -19,7 +19,7 @@ import select
 import socket
 import threading
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from .client import Client, ClientError
 from .transport import Remote

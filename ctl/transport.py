@@ -21,10 +21,11 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
-from dataclasses import dataclass
 
 from . import deadline
+
+# subprocess (~4 ms) is imported where ssh is run, not here: every clowderctl command
+# imports this module, and only one given --host runs anything.
 
 DEFAULT_SSH = "ssh"
 DEFAULT_CTL = "clowderctl"
@@ -35,24 +36,38 @@ SSH_DEFAULTS = ("-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3")
 _STDERR_SHOWN = 2000  # the tail of ssh's stderr quoted in an error
 
 
-@dataclass(frozen=True)
 class Remote:
     """A clowder reached through ``ssh HOST`` and the relay.
 
     ``target``: the daemon the relay connects to there, "control" (clowder-control) or
     "host" (the PTY host); ``socket``: its socket on that machine, if not the default.
+    A plain class, not a dataclass: importing dataclasses was ~15 ms of every
+    clowderctl command's start (docs/design.md, "the wire package").
     """
 
-    host: str  # [USER@]HOST, as ssh takes it
-    socket: str | None = None  # passed to the remote relay as --socket
-    target: str = "control"
+    __slots__ = ("host", "socket", "target")
 
-    def __post_init__(self):
+    def __init__(self, host: str, socket: str | None = None, target: str = "control"):
         # A "host" starting with "-" would be read by ssh as an option (-oProxyCommand=...).
-        if not self.host or self.host.startswith("-") or any(c.isspace() for c in self.host):
-            raise ValueError(f"invalid host {self.host!r}: expected [USER@]HOST")
-        if self.target not in ("control", "host"):
-            raise ValueError(f"invalid relay target {self.target!r}")
+        if not host or host.startswith("-") or any(c.isspace() for c in host):
+            raise ValueError(f"invalid host {host!r}: expected [USER@]HOST")
+        if target not in ("control", "host"):
+            raise ValueError(f"invalid relay target {target!r}")
+        self.host = host  # [USER@]HOST, as ssh takes it
+        self.socket = socket  # passed to the remote relay as --socket
+        self.target = target
+
+    def _key(self) -> tuple:
+        return (self.host, self.socket, self.target)
+
+    def __eq__(self, other):
+        return self._key() == other._key() if type(other) is Remote else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Remote(host={self.host!r}, socket={self.socket!r}, target={self.target!r})"
 
     def __str__(self) -> str:
         return f"ssh {self.host}"
@@ -97,6 +112,7 @@ class Remote:
 
         For the commands that read that machine's own files or journal (logs, config
         check, install-units): they have no daemon to relay to."""
+        import subprocess
         argv = self.ssh(" ".join([self.remote_ctl(), *map(shlex.quote, ctl_args)]))
         try:
             return subprocess.call(argv)
@@ -112,6 +128,7 @@ class SshTransport:
     """A running ``ssh HOST relay``: ``sock`` is our end of its stdin/stdout."""
 
     def __init__(self, remote: Remote):
+        import subprocess
         self.remote = remote
         argv = remote.command()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -140,6 +157,7 @@ class SshTransport:
 
     def why_closed(self, timeout: float = 2.0) -> str:
         """Why the stream ended, for an error: ssh's exit status and its last words."""
+        import subprocess
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -155,6 +173,7 @@ class SshTransport:
 
     def close(self, timeout: float = 3.0) -> None:
         """Close our end and reap ssh; it is ended if it does not leave by itself."""
+        import subprocess
         if self.sock.fileno() >= 0:
             # EOF to ssh -> EOF to the relay -> it half-closes the daemon's socket, the
             # daemon closes, the relay and then ssh exit: the remote end is cleaned up too.

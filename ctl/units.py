@@ -76,7 +76,7 @@ ExecReload=/bin/kill -HUP $MAINPID
 Restart=always
 RestartSec=0
 # One fd a connection (two while an attach is relayed), and each uid but root and our
-# own may hold 256 (ptyhostd/listener.py): members cannot use them all up.
+# own may hold 256 (clowder_common/listener.py): members cannot use them all up.
 LimitNOFILE=16384
 StateDirectory=clowder
 StateDirectoryMode=0700

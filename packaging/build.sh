@@ -4,7 +4,7 @@
 #   packaging/build.sh deb|rpm VERSION DIST     (run from the tree's root)
 #
 # VERSION (digits and dots, e.g. 0.1.0 or 0.1.0.1) is stamped into the copy's
-# pyproject.toml and ptyhostd.__version__, the top debian/changelog entry and the spec's
+# pyproject.toml and clowder_common.__version__, the top debian/changelog entry and the spec's
 # Version; the package lands in DIST.  Debian 12's tools: see packaging/README.md.
 set -eu
 
@@ -32,7 +32,7 @@ tar --exclude=./.git --exclude=./build --exclude=./dist --exclude=./debian \
     --exclude=./.hypothesis --exclude=./.ci -cf - . | tar -C "$src" -xf -
 
 sed -i "s/^version = \".*\"/version = \"$version\"/" "$src/pyproject.toml"
-sed -i "s/^__version__ = \".*\"/__version__ = \"$version\"/" "$src/ptyhostd/__init__.py"
+sed -i "s/^__version__ = \".*\"/__version__ = \"$version\"/" "$src/clowder_common/__init__.py"
 grep -q "^version = \"$version\"" "$src/pyproject.toml" || { echo "build.sh: could not stamp pyproject.toml" >&2; exit 1; }
 
 case "$kind" in

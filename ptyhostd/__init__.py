@@ -1,4 +1,2 @@
 """ptyhostd: the clowder PTY host. It owns pseudo-terminals and their backlogs and parks
 them in systemd's file-descriptor store so that its own restarts lose nothing."""
-
-__version__ = "0.1.0"

@@ -27,11 +27,13 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 
-from . import __version__, engine, fdstore, handoff, inputqueue, screenwork  # noqa: E402
+from clowder_common import __version__, sdnotify  # noqa: E402
+from clowder_common.listener import Listener  # noqa: E402
+from clowder_common.log import setup as setup_logging  # noqa: E402
+
+from . import engine, handoff, inputqueue, screenwork  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
-from .listener import Listener  # noqa: E402
-from .log import setup as setup_logging  # noqa: E402
 from .manifest import SLOTS  # noqa: E402
 from .watchdog import Watchdog, install_wedge_fault  # noqa: E402
 
@@ -112,7 +114,7 @@ async def _serve(args) -> None:
         # restart it starts with READY=1, so a slow adoption is judged by
         # TimeoutStartSec instead, and can never become a watchdog crash loop.
         watchdog.start(loop)
-    stored = handed if handed is not None else fdstore.inherited()
+    stored = handed if handed is not None else sdnotify.inherited()
     listeners = _listeners(stored, args.socket)
     listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
@@ -136,13 +138,13 @@ async def _serve(args) -> None:
     if handed is not None:
         log.info("ptyhostd %s took over by hand-off: %d sessions", __version__,
                  len(host.sessions), extra={"CLOWDER_CAUSE": "handoff"})
-    fdstore.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
+    sdnotify.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
     loop.run_in_executor(screenwork.POOL, engine.preload)  # off the loop, after READY
     if watchdog is not None and handed is None:
         watchdog.start(loop)
     install_wedge_fault(loop)
     await stop.wait()
-    fdstore.notify("STOPPING=1")
+    sdnotify.notify("STOPPING=1")
     await host.shutdown()
     # Everything worth keeping is in systemd's FD store or already ended: leave without
     # Python's teardown (closing a thousand sessions' fds and maps one by one), which

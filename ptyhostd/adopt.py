@@ -15,6 +15,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Optional
 
+from clowder_common import sdnotify
+
 from . import faults, fdstore, handoff, inputseq, pty
 from .fd import Fd
 from .manager import Manager, ManagerError
@@ -202,7 +204,7 @@ class Adoption:
             try:
                 fdstore.unpark(f"m.{sid}")
                 fdstore.park(f"m.{sid}", master.fd, poll=False)
-            except fdstore.FdStoreError as exc:
+            except sdnotify.NotifyError as exc:
                 log.error("session %s: re-parking its pty master: %s", sid, exc,
                           extra={"CLOWDER_SESSION": sid, "CLOWDER_CAUSE": "fd-duplicate"})
         return master

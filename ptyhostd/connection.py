@@ -15,7 +15,10 @@ import socket
 import struct
 from typing import Optional
 
-from . import __version__, handoff, inputseq, peer, protocol, pty
+import clowder_wire as protocol
+from clowder_common import __version__
+
+from . import handoff, inputseq, peer, pty
 from .host import Host, RequestError
 from .session import Attachment, Session
 

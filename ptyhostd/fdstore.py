@@ -1,4 +1,5 @@
-"""systemd's notify protocol and file-descriptor store: the host's only link to them.
+"""systemd's file-descriptor store: the host's only link to it (the notify protocol
+under it is clowder_common/sdnotify.py).
 
 What systemd 252 does with the store, measured (see docs/design.md): it keeps parked fds
 across restart, ``kill -9`` and daemon-reload, hands them back in ``LISTEN_FDS`` after
@@ -9,13 +10,11 @@ closes the parked one: ending a session needs ``unpark`` too.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import resource
-import socket
 
-from systemd import daemon
+from clowder_common.sdnotify import NotifyError, notify
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
@@ -38,65 +37,8 @@ HOST_HANDOFF = 1
 HOST_SPARE = 16
 
 
-# The errnos of a full fd table: ours (EMFILE) or the whole system's (ENFILE).
-EXHAUSTED = (errno.EMFILE, errno.ENFILE)
-
-
-class FdStoreError(Exception):
-    """systemd refused or could not be reached."""
-
-
-def under_systemd() -> bool:
-    """Whether a notify socket was given to us."""
-    return bool(os.environ.get("NOTIFY_SOCKET"))
-
-
-# One datagram socket, connected to $NOTIFY_SOCKET once and kept: sd_notify opens a new
-# one per message, which fails at EMFILE, and a host that is out of fds (a full table is
-# exactly when it refuses clients) must still feed the watchdog and park what it has.
-_notify_sock: socket.socket | None = None
-
-
-def _notify_socket() -> socket.socket:
-    global _notify_sock
-    if _notify_sock is None:
-        addr = os.environ["NOTIFY_SOCKET"]
-        if addr.startswith("@"):
-            addr = "\0" + addr[1:]  # an abstract socket
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-        try:
-            sock.connect(addr)
-        except OSError:
-            sock.close()
-            raise
-        _notify_sock = sock
-    return _notify_sock
-
-
-def notify(state: str, fds: list[int] | None = None) -> None:
-    """Send ``state`` (and fds) to the service manager; a no-op outside systemd."""
-    if not under_systemd():
-        return
-    global _notify_sock
-    data = state.encode()
-    for attempt in (1, 2):
-        try:
-            sock = _notify_socket()
-            if fds:
-                socket.send_fds(sock, [data], fds)
-            else:
-                sock.send(data)
-            return
-        except OSError as exc:
-            stale = exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN,
-                                  errno.EPIPE, errno.ECONNRESET)
-            if stale and _notify_sock is not None and attempt == 1:
-                # The manager re-created its socket: connect afresh, once.
-                _notify_sock.close()
-                _notify_sock = None
-                continue
-            raise FdStoreError(f"sd_notify({state.splitlines()[0]!r}) was not "
-                               f"delivered: {exc}") from exc
+class FdStoreError(NotifyError):
+    """A name systemd would not store as given."""
 
 
 def park(name: str, fd: int, poll: bool = True) -> None:
@@ -110,15 +52,6 @@ def park(name: str, fd: int, poll: bool = True) -> None:
 def unpark(name: str) -> None:
     """Remove every stored fd named ``name``."""
     notify(f"FDSTOREREMOVE=1\nFDNAME={name}")
-
-
-def inherited() -> dict[str, list[int]]:
-    """The fds systemd handed us (listening sockets and the store), by name."""
-    by_name: dict[str, list[int]] = {}
-    for fd, name in daemon.listen_fds_with_names(unset_environment=True).items():
-        os.set_inheritable(fd, False)
-        by_name.setdefault(name, []).append(fd)
-    return by_name
 
 
 def store_slots(sessions: int, masters: int) -> int:
@@ -143,15 +76,6 @@ def store_full(ours: int, held: int, capacity: int) -> str:
                  f"lowered below what was parked): some sessions will not survive a "
                  f"restart of the host")
     return text
-
-
-def out_of_fds(what: str, daemon: str = "the PTY host",
-               unit: str = "clowder-ptyhost.service") -> str:
-    """The refusal when the daemon's process has no fds left (EMFILE/ENFILE)."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return (f"{daemon} has no file descriptors left (LimitNOFILE={soft}) for {what}; "
-            f"end some sessions or connections, or raise LimitNOFILE= in a drop-in for "
-            f"{unit} and restart it")
 
 
 def fds_short(sessions: int) -> bool:

@@ -25,7 +25,9 @@ import struct
 import subprocess
 import sys
 
-from . import __version__, engine, faults
+from clowder_common import __version__
+
+from . import engine, faults
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 

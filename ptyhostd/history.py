@@ -9,7 +9,7 @@ terminal would show it, and a screen clear keeping what came before, as scrollba
 from __future__ import annotations
 
 from . import screenwork
-from .lines import MAX_COLUMN, render
+from clowder_common.lines import MAX_COLUMN, render
 
 HISTORY_BYTES = 1 << 20  # the most raw backlog turned into text for one request
 

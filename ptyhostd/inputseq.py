@@ -28,7 +28,9 @@ import struct
 import time
 from typing import Optional
 
-from . import fdstore, protocol
+import clowder_wire as protocol
+
+from . import fdstore
 
 log = logging.getLogger("ptyhostd")
 

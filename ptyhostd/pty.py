@@ -13,6 +13,8 @@ import os
 import struct
 import termios
 
+from clowder_wire.host import MAX_CELLS, MAX_COLS, MAX_ROWS
+
 from .fd import Fd
 
 TIOCGPTN = 0x80045430
@@ -71,26 +73,9 @@ def write_some(fd: int, data: bytes) -> int:
         raise
 
 
-# The largest terminal a session may have.  Each cell the model holds costs ~60 bytes
-# (a coloured erase of 1000x1000 measured 59 MiB and 1.6 s in pyte; 500x500, 13 MiB and
-# 0.17 s), so the cap is on cells as well as on each side: 500x500, 1000x250, 250x1000.
-MAX_COLS = MAX_ROWS = 1000
-MAX_CELLS = 250_000
-
-
 def valid_size(cols: int, rows: int) -> bool:
-    """Whether a size is one a session may have (see MAX_CELLS)."""
+    """Whether a size is one a session may have (the limits: clowder_wire.host)."""
     return 1 <= cols <= MAX_COLS and 1 <= rows <= MAX_ROWS and cols * rows <= MAX_CELLS
-
-
-def fit_size(cols: int, rows: int) -> tuple[int, int]:
-    """The largest size within the cap that fits in a terminal of ``cols`` x ``rows``
-    (a client on a wider terminal asks for this, and the program draws in its corner,
-    as in a tmux pane smaller than the terminal).  0 stays 0: no size known."""
-    if cols <= 0 or rows <= 0:
-        return cols, rows
-    cols = min(cols, MAX_COLS)
-    return cols, min(rows, MAX_ROWS, MAX_CELLS // cols)
 
 
 def size_problem(cols: int, rows: int) -> str:

@@ -23,7 +23,9 @@ import select
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from . import engine, protocol
+import clowder_wire as protocol
+
+from . import engine
 from .fd import Fd
 from .inputqueue import InputQueue
 from .ring import Ring

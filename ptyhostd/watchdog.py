@@ -19,7 +19,7 @@ import os
 import signal
 import time
 
-from . import fdstore
+from clowder_common import sdnotify
 
 log = logging.getLogger("ptyhostd")
 
@@ -45,7 +45,7 @@ class Watchdog:
         """The watchdog systemd set for this process, or None (not enabled, not ours)."""
         usec = os.environ.get("WATCHDOG_USEC", "")
         pid = os.environ.get("WATCHDOG_PID", "")
-        if not usec.isdigit() or int(usec) == 0 or not fdstore.under_systemd():
+        if not usec.isdigit() or int(usec) == 0 or not sdnotify.under_systemd():
             return None
         if pid and (not pid.isdigit() or int(pid) != os.getpid()):
             return None  # inherited from the process systemd watches: not ours to feed
@@ -75,9 +75,9 @@ class Watchdog:
 
     def ping(self) -> None:
         try:
-            fdstore.notify("WATCHDOG=1")
+            sdnotify.notify("WATCHDOG=1")
             self._failing = False
-        except (fdstore.FdStoreError, OSError) as exc:
+        except (sdnotify.NotifyError, OSError) as exc:
             if not self._failing:  # once per outage, not four times a period
                 log.error("watchdog ping not delivered: %s", exc,
                           extra={"CLOWDER_CAUSE": "watchdog-ping-failed"})

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from ptyhostd import protocol as P
+import clowder_wire as P
 
 MiB = 1 << 20
 

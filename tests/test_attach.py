@@ -196,7 +196,7 @@ def test_banner_backlog_and_typing(host, attach):
 
 @pytest.mark.parametrize("sizes", [
     ((123, 37), (123, 37), (140, 50), (140, 50)),
-    # Past the host's cap (ptyhostd.pty.MAX_CELLS): the largest size that fits in it,
+    # Past the host's cap (clowder_wire.host.MAX_CELLS): the largest size that fits in it,
     # instead of a refusal.
     ((1500, 400), (1000, 250), (600, 600), (600, 416)),
 ], ids=["within-the-cap", "past-the-cap"])
@@ -383,7 +383,7 @@ def test_stalled_client_is_bounded_and_repainted(host):
     benchmark figure, bench/fig_throughput.py, not a timed assertion.)"""
     import socket as socketlib
 
-    from ptyhostd import protocol as P
+    import clowder_wire as P
     from ptyhostd.screen import Screen
     lines = FLOOD_MB * 1_000_000 // (FLOOD_WIDTH + 2)
     sid = host.spawn("sh", "-c", f"read x; seq -f '%0{FLOOD_WIDTH}.0f' 1 {lines}; "
@@ -524,7 +524,7 @@ def test_keystrokes_sent_with_the_attach_are_not_refused(host):
     keys wait for the attach instead of being refused ("needs an attach first")."""
     import socket as _socket
 
-    from ptyhostd import protocol as P
+    import clowder_wire as P
     sid = shell(host)
     s = _socket.socket(_socket.AF_UNIX)
     s.settimeout(15)

@@ -18,7 +18,7 @@ from hostile import held_connections
 from test_hostile_frames import exchange
 from test_watchdog import watchdog_period
 
-from ptyhostd import protocol as P
+import clowder_wire as P
 from ptyhostd.fdstore import STORE_FIXED, STORE_PER_SESSION
 
 # A store that holds the host's own fds (the two manifest copies, the input record) and

@@ -573,7 +573,7 @@ def test_check_needs_an_action():
 
 def test_check_default_file(monkeypatch, tmp_path):
     """Not root: the user's file if it exists, else the system's; root: the system's."""
-    from ctl.commands import config as command
+    from controld import check as command  # what `clowderctl config check` runs
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     user = tmp_path / "clowder" / "clowder.yaml"
     monkeypatch.setattr(os, "getuid", lambda: 1000)

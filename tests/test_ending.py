@@ -15,7 +15,7 @@ import time
 
 from conftest import PYTHON, wait_for
 from ctl.client import Client
-from ptyhostd import protocol as P
+import clowder_wire as P
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
 
 # A program that ignores the polite signals: only SIGKILL ends it.

@@ -128,7 +128,7 @@ def test_resource_bounds_connect_cycles_and_no_newlines(host):
     the host's fd count and memory stay bounded (measured, asserted with wide bounds)."""
     import socket as socketlib
 
-    from ptyhostd import protocol as P
+    import clowder_wire as P
     pid = host.main_pid()
     hello = P.encode(P.Hello(version=P.PROTOCOL_VERSION))
     for i in range(200):  # warm up: allocator and caches reach their steady state

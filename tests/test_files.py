@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from controld import files, paths, watch
 from controld.files import FileService
-from ptyhostd import protocol as P
+import clowder_wire as P
 
 SECRET = b"TOPSECRET-7d1f0c"
 SECRET_NAME = "secretname-88af2"

@@ -13,10 +13,17 @@ import subprocess
 from conftest import PYTHON, socket_sampler, wait_for
 from test_ptyhost import COUNTER
 
-# The installed code, as the host runs it (not this checkout, which is first on sys.path).
-SITE = os.path.dirname(subprocess.run(
-    [PYTHON, "-c", "import ptyhostd; print(ptyhostd.__file__)"], cwd="/", check=True,
-    capture_output=True, text=True).stdout.strip())
+
+
+def installed(package: str) -> str:
+    """The installed code, as the host runs it (not this checkout, first on sys.path)."""
+    return os.path.dirname(subprocess.run(
+        [PYTHON, "-c", f"import {package}; print({package}.__file__)"], cwd="/", check=True,
+        capture_output=True, text=True).stdout.strip())
+
+
+SITE = installed("ptyhostd")
+COMMON_SITE = installed("clowder_common")  # where the version is
 
 
 def numbers(host, sid) -> list[int]:
@@ -61,7 +68,7 @@ def test_reload_keeps_pid_sessions_and_every_byte(host):
 def test_reload_into_a_newer_version_and_refuse_a_downgrade(host):
     sid = host.spawn("sleep", "100000")
     main = host.main_pid()
-    init = os.path.join(SITE, "__init__.py")
+    init = os.path.join(COMMON_SITE, "__init__.py")
     original = open(init).read()
     try:
         with open(init, "w") as f:

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import PYTHON, ensure_user, wait_for
 from ctl.client import Client
-from ptyhostd import protocol as P
+import clowder_wire as P
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
 from test_ending import control_socket
 
@@ -257,7 +257,7 @@ def test_member_cannot_take_an_agents_name(host, control):
     control.write_config("agents:\n" + agent_yaml("api", "cat", control.workdir))
     first = control.wait_running(["api"])["api"]
     cgroup = "/sys/fs/cgroup/system.slice/clowder-control.service/cgroup.procs"
-    spawn = (f"from ctl.client import Client\nfrom ptyhostd import protocol as P\n"
+    spawn = (f"from ctl.client import Client\nimport clowder_wire as P\n"
              f"with Client({host.socket!r}) as c:\n"
              f"    print(c.request(P.Spawn(argv=['cat'], name='agent:api', user='{name}'),"
              f" P.SessionInfo).session['id'])\n")

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import PYTHON, ensure_user, wait_for
-from ptyhostd import protocol as P
+import clowder_wire as P
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
 from hostile import rss_kib
 from test_ending import STUBBORN, control_socket, timed_status
@@ -34,7 +34,7 @@ def test_other_user_cannot_down_or_kill(host, control):
     # The escalating kill on the wire, straight to the host, as bob: refused the same way.
     r = host.run([PYTHON, "-c", f"""
 from ctl.client import Client, RequestFailed
-from ptyhostd import protocol as P
+import clowder_wire as P
 with Client({host.socket!r}) as c:
     try:
         c.request(P.Kill(session={info['session']!r}, signal=1, escalate=True), P.Ok)

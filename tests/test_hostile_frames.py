@@ -9,7 +9,7 @@ import socket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ptyhostd import protocol as P
+import clowder_wire as P
 
 
 def exchange(path: str, data: bytes, hello: bool = True) -> list:

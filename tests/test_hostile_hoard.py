@@ -26,7 +26,7 @@ import pytest
 from conftest import PYTHON, wait_for
 from ctl.client import Client
 from hostile import MiB, Flooder, Memory, rss_kib
-from ptyhostd import protocol as P
+import clowder_wire as P
 from test_access import system_host  # noqa: F401  (alice, bob, mallory and the host)
 from test_ending import control_socket
 
@@ -171,7 +171,7 @@ def test_deep_json_gets_the_error_frame(host):
     """200,000 nested brackets fit in a frame; both daemons answer them with an Error."""
     from test_hostile_frames import exchange
     body = b"[" * 200_000
-    frame = P.HEADER.pack(4 + len(body), P.Spawn.KIND) + P._JSON_LEN.pack(len(body)) + body
+    frame = P.HEADER.pack(4 + len(body), P.Spawn.KIND) + P.JSON_LEN.pack(len(body)) + body
     for path in (host.socket, control_socket(host)):
         frames = exchange(path, frame)
         errors = [f for f in frames if isinstance(f, P.Error)]
@@ -181,7 +181,7 @@ def test_deep_json_gets_the_error_frame(host):
 
 IDLE = r"""
 import json, resource, socket, sys
-from ptyhostd import protocol as P
+import clowder_wire as P
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 socks = []

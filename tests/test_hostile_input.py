@@ -12,7 +12,7 @@ import select
 import socket
 
 from conftest import wait_for
-from ptyhostd import protocol as P
+import clowder_wire as P
 from test_access import system_host  # noqa: F401  (a fixture)
 from hostile import Memory
 

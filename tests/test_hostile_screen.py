@@ -24,7 +24,7 @@ import pytest
 from conftest import PYTHON, wait_for
 from ctl.client import Client, RequestFailed
 from hostile import MiB, Memory
-from ptyhostd import protocol as P
+import clowder_wire as P
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
 from test_ending import timed_status
 
@@ -328,7 +328,8 @@ def test_the_models_bound_what_a_few_bytes_buy(engine):
     import tracemalloc
 
     from ptyhostd.history import text_lines
-    from ptyhostd.lines import MAX_LINE, render
+    from clowder_common.lines import MAX_LINE, render
+    from ptyhostd.screen import Screen
     lines = render(b"\x1b[20000000C x" * 5)
     assert max(map(len, lines)) <= 1000 + 10, "a cursor move went past the widest terminal"
     assert max(map(len, text_lines(b"\x1b[20000000C x" * 5, width=80))) <= 90

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import ensure_user, under_systemd
 from controld import vcs
-from ptyhostd import protocol as P
+import clowder_wire as P
 
 from test_files import ask
 from test_vcs import GIT_ENV, git, owned_copy, repo, service  # noqa: F401 (repo: fixture)

@@ -1,7 +1,7 @@
 """The line model shared by history (ptyhostd/history.py) and busy/idle (activity.py)."""
 
 from ptyhostd.history import text_lines
-from ptyhostd.lines import render
+from clowder_common.lines import render
 
 
 def test_history_keeps_what_a_clear_wiped_from_the_screen():

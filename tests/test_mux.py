@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from controld.server import ControlServer
 from ctl.mux import Mux
-from ptyhostd import protocol as P
+import clowder_wire as P
 
 
 class _Supervisor:
@@ -263,11 +263,11 @@ _VALUES = {int: st.integers(-(1 << 40), 1 << 40), str: st.text(max_size=12),
 
 def _message(cls):
     fields = {name: (st.none() | _VALUES[typ]) if optional else _VALUES[typ]
-              for name, typ, optional, _ in P._fields(cls)}
+              for name, typ, optional, _ in P.fields_of(cls)}
     return st.builds(cls, **fields)
 
 
-any_message = st.sampled_from(sorted(P._REGISTRY.values(), key=lambda c: c.KIND)
+any_message = st.sampled_from(sorted(P.KINDS.values(), key=lambda c: c.KIND)
                               ).flatmap(_message)
 
 

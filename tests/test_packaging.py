@@ -112,6 +112,8 @@ def test_deb_contents(debs):
                  "/usr/lib/python3/dist-packages/ptyhostd/__main__.py",
                  "/usr/lib/python3/dist-packages/controld/__main__.py",
                  "/usr/lib/python3/dist-packages/ctl/__main__.py",
+                 "/usr/lib/python3/dist-packages/clowder_wire/frame.py",
+                 "/usr/lib/python3/dist-packages/clowder_common/__init__.py",
                  *[f"/lib/systemd/system/{u}" for u in UNITS],
                  *[f"/usr/lib/systemd/user/{u}" for u in UNITS]]:
         assert path in files, f"{path} is not in {new}"

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from conftest import PYTHON, ROOT, wait_for
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from sshhost import SshHost, SshHostError  # noqa: E402

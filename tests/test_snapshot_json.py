@@ -93,7 +93,7 @@ def test_a_bad_format_gets_a_clear_error(host):
     # clowderctl refuses it itself; the host's own answer, on the wire:
     r = host.run([PYTHON, "-c", f"""
 from ctl.client import Client, RequestFailed
-from ptyhostd import protocol as P
+import clowder_wire as P
 with Client({host.socket!r}) as c:
     try:
         c.request(P.GetSnapshot(session={sid!r}, format="pdf"), P.SnapshotData)

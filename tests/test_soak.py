@@ -79,7 +79,7 @@ def rss(pid: int) -> int:
 def never_reading_client(host, sid: str) -> socket.socket:
     """A client that attaches (raw bytes from the oldest held), asks for the backlog and
     never reads a byte of what it is sent."""
-    from ptyhostd import protocol as P
+    import clowder_wire as P
     sock = greeted_client(host, "soak never-reads")
     for _ in range(50):
         sock.sendall(P.encode(P.GetBacklog(session=sid)))
@@ -90,7 +90,7 @@ def never_reading_client(host, sid: str) -> socket.socket:
 def flooding_client(host, sid: str, limit: int = 32 << 20) -> socket.socket:
     """Issue 12's hoarder: GetBacklog after GetBacklog of a busy session, never reading,
     until the host stops reading it (or ``limit`` bytes of requests)."""
-    from ptyhostd import protocol as P
+    import clowder_wire as P
     sock = greeted_client(host, "soak flood")
     sock.setblocking(False)
     frame, sent = P.encode(P.GetBacklog(session=sid)) * 256, 0
@@ -106,7 +106,7 @@ def flooding_client(host, sid: str, limit: int = 32 << 20) -> socket.socket:
 
 
 def greeted_client(host, name: str) -> socket.socket:
-    from ptyhostd import protocol as P
+    import clowder_wire as P
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if host.scope == "user":
         # The user host takes only its own user's connections: connect as that user.

@@ -19,7 +19,7 @@ import pytest
 from conftest import PYTHON, ensure_user, wait_for
 from ctl.client import Client, ClientError, RequestFailed
 from ctl.mux import Mux
-from ptyhostd import protocol as P
+import clowder_wire as P
 from test_control import control  # noqa: F401 - the fixture
 
 PROMPT = rb"svc\$"  # a repaint draws the row, without its trailing blank

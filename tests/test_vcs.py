@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from controld import vcs
 from controld.vcs import VcsService, parse_status
-from ptyhostd import protocol as P
+import clowder_wire as P
 
 from test_files import SECRET, SECRET_NAME, Stream, ask, make_tree, snapshot
 

@@ -2,7 +2,7 @@
 
 import json
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import Client, default_control_socket
 from ..text import shown

@@ -2,7 +2,6 @@
 
 import collections
 import os
-import secrets
 import select
 import selectors
 import signal
@@ -11,8 +10,8 @@ import termios
 import time
 import tty
 
-from ptyhostd import protocol
-from ptyhostd.pty import fit_size
+import clowder_wire as protocol
+from clowder_wire.host import fit_size
 
 from ..client import (Client, ClientError, NotAnswering, RequestFailed,
                       default_control_socket)
@@ -68,8 +67,9 @@ class _Session:
         # Input is one numbered stream per run (the token): the host says how much of
         # it reached the pty, on each attach (Attached.input_seq) and now and then
         # (InputAck); what it has not acknowledged is kept, and resent on a reattach,
-        # so keys typed while the host died arrive exactly once.
-        self.token = secrets.token_hex(8)
+        # so keys typed while the host died arrive exactly once.  (os.urandom is what
+        # secrets.token_hex reads; importing secrets cost ~6 ms of each attach.)
+        self.token = os.urandom(8).hex()
         self.seq = 0  # the stream offset after the last key read
         self.acked = 0  # the host has written up to here
         self.unacked = bytearray()  # the stream from acked to seq

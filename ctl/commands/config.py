@@ -1,6 +1,5 @@
 """clowderctl config: work with the agents configuration (clowder.yaml) of clowder-control."""
 
-import json
 import os
 import sys
 
@@ -21,50 +20,17 @@ def run(args) -> int:
     return args.config_run(args)
 
 
-def _config():
-    # Imported here: YAML is a quarter of clowderctl's start-up, and only this needs it.
-    from controld import config
-    return config
-
-
-def default_file() -> tuple[str, list[str]]:
-    """The file to check, and every file that was considered (for the error message)."""
-    config = _config()
-    (system,) = config.default_paths("system")
-    if os.getuid() == 0:
-        return system, [system]
-    (user,) = config.default_paths("user")
-    return (user if os.path.exists(user) else system), [user, system]
-
-
 def run_check(args) -> int:
-    config = _config()
-    path, considered = (args.file, [args.file]) if args.file else default_file()
-    try:
-        from controld import configfile
-        cfg = configfile.load(path)
-    except FileNotFoundError:
-        missing = (f"{path}: no such file" if len(considered) == 1 else
-                   f"no configuration file: neither {' nor '.join(considered)} exists")
-        print(f"clowderctl config check: {missing}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # a directory, no permission...
-        print(f"clowderctl config check: cannot read {path}: {exc.strerror}", file=sys.stderr)
-        return 2
-    except config.ConfigError as exc:
-        if args.json:
-            print(json.dumps({"file": path, "ok": False, "errors": exc.errors}))
-        else:
-            for message in exc.errors:
-                print(message, file=sys.stderr)
-        return 1
-    warnings = config.check_paths(cfg)
+    """Hand over to controld's own check, in this process (exec): the schema is
+    clowder-control's, and ctl imports nothing of it (tests/test_layering.py).  The
+    packages are those beside this ctl, whatever the current directory holds (-P)."""
+    tree = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
+    argv = [sys.executable, "-P", "-m", "controld.check", "--prog", "clowderctl config check"]
     if args.json:
-        print(json.dumps({"file": path, "ok": True, "warnings": warnings,
-                          "config": config.to_dict(cfg)}))
-        return 0
-    n = len(cfg.agents)
-    print(f"{path}: OK ({n} agent{'' if n == 1 else 's'})")
-    for warning in warnings:
-        print(f"{path}: warning: {warning}", file=sys.stderr)
-    return 0
+        argv.append("--json")
+    if args.file:
+        argv += ["--", args.file]
+    sys.stdout.flush()
+    os.execve(sys.executable, argv, env)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import sys
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import default_control_socket
 from ..mux import Mux

@@ -3,7 +3,7 @@
 import signal
 import sys
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import Client, ClientError
 

@@ -3,7 +3,7 @@
 import json
 import time
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import Client
 from ..text import shown

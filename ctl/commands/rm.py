@@ -1,6 +1,6 @@
 """clowderctl rm: forget an ended session and its backlog."""
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import Client
 

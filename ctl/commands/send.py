@@ -8,7 +8,7 @@ the host drops those (nothing is left to arrive later).
 
 import sys
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import Client, RequestFailed
 

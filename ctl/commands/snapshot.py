@@ -2,7 +2,7 @@
 
 import sys
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import Client
 

@@ -3,8 +3,8 @@
 import os
 import re
 
-from ptyhostd import protocol
-from ptyhostd.pty import fit_size
+import clowder_wire as protocol
+from clowder_wire.host import fit_size
 
 from ..client import Client
 from ..transport import Remote

@@ -1,6 +1,6 @@
 """clowderctl upgrade --check: would the running host hand off to the installed code?"""
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import Client
 

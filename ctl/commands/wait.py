@@ -2,7 +2,7 @@
 
 import time
 
-from ptyhostd import protocol
+import clowder_wire as protocol
 
 from ..client import Client, ClientError, NotAnswering, RequestFailed
 

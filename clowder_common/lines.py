@@ -32,7 +32,7 @@ import codecs
 import re
 from collections import deque
 
-MAX_COLUMN = 1000  # ptyhostd.pty.MAX_COLS: no terminal of a session is wider
+MAX_COLUMN = 1000  # clowder_wire.host.MAX_COLS: no terminal of a session is wider
 MAX_LINE = 64 * 1024
 MAX_PARAM = 99999
 MAX_HELD = 8 << 20  # characters of finished lines kept, at most

@@ -7,7 +7,7 @@ short, and clients left waiting in the backlog with no answer.  Here one fd is k
 reserve instead: at EMFILE it is given up for a moment to accept the waiting client,
 tell it why in a fatal Error frame, and close it; the journal gets one line per episode.
 
-Both daemons use it (clowder-control imports it from here).  It also caps the
+Both daemons use it.  It also caps the
 connections one uid may hold open (``per_uid``): each costs an fd and a little memory,
 and without a cap one member could take every fd and lock root out.  Root and the
 daemon's own uid are exempt.  A connection past the cap is told why in a fatal Error
@@ -24,7 +24,9 @@ import socket
 import struct
 from typing import Callable, Optional
 
-from . import fdstore, protocol
+import clowder_wire as protocol
+
+from . import fdlimit
 
 log = logging.getLogger("ptyhostd")
 
@@ -101,7 +103,7 @@ class Listener:
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
             except OSError as exc:
-                if exc.errno not in fdstore.EXHAUSTED + (errno.ENOBUFS, errno.ENOMEM):
+                if exc.errno not in fdlimit.EXHAUSTED + (errno.ENOBUFS, errno.ENOMEM):
                     self._log.error("accepting a client: %s", exc,
                                     extra={"CLOWDER_CAUSE": "accept-failed"})
                     return
@@ -166,7 +168,7 @@ class Listener:
     def _refuse_one(self) -> bool:
         """Accept one waiting client on the reserve fd and tell it why it cannot be
         served; False if that was not possible either (no reserve, nobody waiting)."""
-        text = fdstore.out_of_fds("a new connection", self._daemon, self._unit)
+        text = fdlimit.out_of_fds("a new connection", self._daemon, self._unit)
         now = self._loop.time()
         # Once per episode, and episodes at most every LOG_INTERVAL: a client that
         # connects and leaves in a loop at the edge must not flood the journal either.

@@ -1,0 +1,227 @@
+"""The framing every clowder connection speaks, its version, and the message base class.
+
+A frame is a 6-byte header, ``!IH`` = (payload length, kind), then the payload.
+The length is checked against ``MAX_FRAME`` *before* the body is read, so a hostile
+length can never make the reader allocate.  A payload is a 4-byte length of a JSON
+object (0 means ``{}``), the JSON object, then raw bytes for the message's ``data``
+field if it has one.  JSON carries the typed fields; raw bytes carry terminal I/O so
+the byte path never base64-encodes anything.
+
+Kinds are numbered in blocks, one file of this package each: 1xx handshake and errors
+(handshake.py), 2xx PTY host requests and 3xx their replies and streams (host.py), 4xx
+the control plane (control.py), 5xx multiplexed streams (streams.py), 6xx the file
+service (files.py), 7xx the VCS service (vcs.py).  Unknown kinds are a fatal error.
+
+Don't forget to bump PROTOCOL_VERSION if any message changes in a way an older peer
+would misread; adding an optional field or a new kind does not need a bump.
+
+Messages are plain classes (fields declared as annotations, defaults as class
+attributes), not dataclasses: generating ~60 dataclasses cost ~20 ms of every clowder
+program's start (docs/design.md, "the wire package").
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+__all__ = ["PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
+           "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
+           "decode", "read_message", "FrameReader"]
+
+PROTOCOL_VERSION = 1
+MAX_FRAME = 1 << 20  # 1 MiB: the largest payload either side accepts
+HEADER = struct.Struct("!IH")
+JSON_LEN = struct.Struct("!I")
+# The largest raw chunk a sender puts in one frame (leaves room for the JSON part).
+MAX_DATA = MAX_FRAME - 64 * 1024
+
+KINDS: dict[int, type["Message"]] = {}  # every registered message class by its kind
+_MISSING = object()
+_BASE_TYPES = {"int": int, "str": str, "bool": bool, "bytes": bytes, "list": list,
+               "dict": dict}
+
+
+class ProtocolError(Exception):
+    """A peer sent something that is not valid protocol; the connection must close."""
+
+    def __init__(self, message: str, code: str = "protocol"):
+        super().__init__(message)
+        self.code = code
+
+
+class Message:
+    """Base of every payload type; ``KIND`` is its number on the wire.
+
+    A subclass declares its fields as annotations (``int``, ``str``, ``bool``, ``bytes``,
+    ``list``, ``dict``, or ``X | None``) with optional defaults, and is ``@register``ed.
+    """
+
+    KIND = -1
+    # (name, type, optional, default or _MISSING), set by register().
+    _FIELDS: tuple = ()
+
+    def __init__(self, **values):
+        for name, _typ, _optional, default in self._FIELDS:
+            value = values.pop(name, _MISSING)
+            if value is _MISSING:
+                if default is _MISSING:
+                    raise TypeError(f"{type(self).__name__}: missing field {name!r}")
+                # An empty list or dict default is fresh per message, never shared.
+                value = type(default)(default) if isinstance(default, (list, dict)) \
+                    else default
+            setattr(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__}: unknown fields {sorted(values)}")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f[0]) for f in self._FIELDS)
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # mutable
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{f[0]}={getattr(self, f[0])!r}" for f in self._FIELDS)
+        return f"{type(self).__name__}({fields})"
+
+
+def register(cls):
+    """Class decorator: read the fields of a message class and enter it in KINDS."""
+    if cls.KIND in KINDS:
+        raise RuntimeError(f"kind {cls.KIND} registered twice")
+    fields = []
+    for name, text in cls.__dict__.get("__annotations__", {}).items():
+        optional = text.endswith(" | None")
+        base = text[:-len(" | None")] if optional else text
+        if base not in _BASE_TYPES:
+            raise TypeError(f"{cls.__name__}.{name}: unsupported field type {text!r}")
+        default = cls.__dict__.get(name, _MISSING)
+        fields.append((name, _BASE_TYPES[base], optional, default))
+    cls._FIELDS = tuple(fields)
+    KINDS[cls.KIND] = cls
+    return cls
+
+
+def fields_of(cls) -> list:
+    """(name, base type, optional, has default) for each field of a message class."""
+    return [(name, typ, optional, default is not _MISSING)
+            for name, typ, optional, default in cls._FIELDS]
+
+
+def encode(msg: Message) -> bytes:
+    """One whole frame for ``msg``."""
+    obj = {}
+    data = b""
+    for name, typ, _, _ in msg._FIELDS:
+        value = getattr(msg, name)
+        if typ is bytes:
+            data = bytes(value)
+        else:
+            obj[name] = value
+    body = json.dumps(obj, separators=(",", ":")).encode() if obj else b""
+    length = JSON_LEN.size + len(body) + len(data)
+    if length > MAX_FRAME:
+        raise ProtocolError(f"{type(msg).__name__} frame of {length} bytes exceeds {MAX_FRAME}",
+                            "oversize")
+    return HEADER.pack(length, msg.KIND) + JSON_LEN.pack(len(body)) + body + data
+
+
+def check_header(header: bytes) -> tuple[int, int]:
+    """(length, kind) of a frame header; raises ProtocolError before any body is read."""
+    length, kind = HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise ProtocolError(f"frame of {length} bytes exceeds the maximum of {MAX_FRAME}",
+                            "oversize")
+    if kind not in KINDS:
+        raise ProtocolError(f"unknown message kind {kind}", "unknown-kind")
+    if length < JSON_LEN.size:
+        raise ProtocolError(f"frame of kind {kind} is too short ({length} bytes)", "truncated")
+    return length, kind
+
+
+def decode(kind: int, payload: bytes) -> Message:
+    """The message of ``kind`` carried by ``payload``; raises ProtocolError if invalid."""
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise ProtocolError(f"unknown message kind {kind}", "unknown-kind")
+    if len(payload) < JSON_LEN.size:
+        raise ProtocolError(f"{cls.__name__}: payload too short", "truncated")
+    (jlen,) = JSON_LEN.unpack_from(payload)
+    if jlen > len(payload) - JSON_LEN.size:
+        raise ProtocolError(f"{cls.__name__}: JSON length {jlen} runs past the frame",
+                            "truncated")
+    obj = {}
+    if jlen:
+        try:
+            obj = json.loads(payload[JSON_LEN.size:JSON_LEN.size + jlen])
+        except RecursionError:
+            # e.g. 200,000 nested brackets (they fit in a frame): the parser's limit, not
+            # a daemon's failure, so the peer gets the Error frame like any bad JSON.
+            raise ProtocolError(f"{cls.__name__}: JSON nested too deeply", "bad-json") \
+                from None
+        except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+            raise ProtocolError(f"{cls.__name__}: invalid JSON ({exc})", "bad-json") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError(f"{cls.__name__}: payload is not a JSON object", "bad-json")
+    data = payload[JSON_LEN.size + jlen:]
+    kwargs = {}
+    for name, typ, optional, default in cls._FIELDS:
+        if typ is bytes:
+            kwargs[name] = bytes(data)
+            continue
+        if name not in obj:
+            if default is _MISSING:
+                raise ProtocolError(f"{cls.__name__}: missing field {name!r}", "bad-field")
+            continue
+        value = obj[name]
+        if value is None and optional:
+            kwargs[name] = None
+            continue
+        # bool is an int in Python: keep them apart so `true` is never a size.
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise ProtocolError(
+                f"{cls.__name__}: field {name!r} must be {typ.__name__}, "
+                f"got {type(value).__name__}", "bad-field")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+async def read_message(reader) -> Message:
+    """The next message from an asyncio-style reader (``readexactly``); the header is
+    checked before the body is read. Raises ProtocolError, or the reader's EOF error."""
+    length, kind = check_header(await reader.readexactly(HEADER.size))
+    return decode(kind, await reader.readexactly(length))
+
+
+class FrameReader:
+    """Incremental decoder: feed bytes, get whole messages out.
+
+    Used by both sides.  The header is validated as soon as its 6 bytes arrive, so an
+    oversize or unknown frame is refused before its body is buffered.
+    """
+
+    def __init__(self):
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Messages completed by ``data``; raises ProtocolError at the first bad frame."""
+        self._buf += data
+        out = []
+        while len(self._buf) >= HEADER.size:
+            length, kind = check_header(bytes(self._buf[:HEADER.size]))
+            end = HEADER.size + length
+            if len(self._buf) < end:
+                break
+            payload = bytes(self._buf[HEADER.size:end])
+            del self._buf[:end]
+            out.append(decode(kind, payload))
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Bytes received that do not yet form a whole frame."""
+        return len(self._buf)

@@ -1,0 +1,260 @@
+"""2xx and 3xx: the PTY host's requests (client -> host), its replies and streams.
+
+Each request's docstring says what answers it.  The sizes a session may have are part
+of this contract too: the host refuses others (ptyhostd/pty.py), a client asks for
+fit_size() of its terminal.
+"""
+
+from __future__ import annotations
+
+from .frame import HEADER, JSON_LEN, Message, register
+
+# Session names starting with this are clowder-control's agents (``agent:NAME`` and
+# ``agent:NAME/SHELL``): the host takes them only from clowder-control (ptyhostd/peer.py).
+AGENT_PREFIX = "agent:"
+
+SESSION_FIELDS = (
+    "id", "name", "pid", "unit", "state", "exit_code", "signal", "cols", "rows",
+    "created", "uid", "cwd", "argv",
+    "agent",  # started by clowder-control (optional: older hosts omit it)
+)
+
+# The sizes a session may have.  The screen model's cost grows with the cells drawn
+# (a coloured erase of 1000x1000 measured 59 MiB and 1.6 s in pyte; 500x500, 13 MiB and
+# 0.17 s), so the cap is on cells as well as on each side: 500x500, 1000x250, 250x1000.
+MAX_COLS = MAX_ROWS = 1000
+MAX_CELLS = 250_000
+
+__all__ = ["AGENT_PREFIX", "SESSION_FIELDS", "MAX_COLS", "MAX_ROWS", "MAX_CELLS",
+           "fit_size", "encode_output", "Spawn", "ListSessions", "Send", "GetBacklog",
+           "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck",
+           "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output",
+           "Exited", "Attached", "CheckReport", "SnapshotData", "InputAck"]
+
+
+@register
+class Spawn(Message):
+    """Start a program on a new pty as its own systemd unit. -> SessionInfo."""
+
+    KIND = 200
+    argv: list
+    name: str | None = None
+    cwd: str | None = None
+    env: dict = {}
+    cols: int = 80
+    rows: int = 24
+    user: str | None = None  # only root may name another user
+
+
+@register
+class ListSessions(Message):
+    """List the sessions this client may see. -> SessionList."""
+
+    KIND = 201
+
+
+@register
+class Send(Message):
+    """Write ``data`` to a session's terminal input. -> Ok."""
+
+    KIND = 202
+    session: str
+    data: bytes = b""
+
+
+@register
+class GetBacklog(Message):
+    """Ask for the retained raw output. -> Output frames, then Ok."""
+
+    KIND = 203
+    session: str
+
+
+@register
+class Wait(Message):
+    """Block until the session has ended. -> Exited."""
+
+    KIND = 204
+    session: str
+
+
+@register
+class Kill(Message):
+    """Send a signal to the session's program (its whole unit). -> Ok.
+
+    ``escalate``: end the session: ``signal`` (SIGHUP), then SIGTERM, then SIGKILL, each
+    after the host's grace time (ptyhostd.host.Host.ESCALATION); Ok only once it has ended
+    (a Wait then says how).  A host without the field sends ``signal`` alone."""
+
+    KIND = 205
+    session: str
+    signal: int = 15
+    escalate: bool = False
+
+
+@register
+class Attach(Message):
+    """Stream a session. -> Attached, Output (a repaint, then live), ..., Exited."""
+
+    KIND = 206
+    session: str
+    cols: int = 0  # 0: leave the size alone
+    rows: int = 0
+    read_only: bool = False
+    replay: int = -1  # -1: the screen, repainted; N >= 0: the last N raw bytes instead
+    # A client's random name for its input stream, the same on each reattach of one run:
+    # the host then numbers what it wrote of it (Input.seq, Attached.input_seq).
+    token: str | None = None
+
+
+@register
+class Input(Message):
+    """Attached client -> host: keystrokes. Refused on a read-only attach."""
+
+    KIND = 207
+    data: bytes = b""
+    seq: int | None = None  # with a token: the stream offset of the end of ``data``
+
+
+@register
+class Resize(Message):
+    """Attached client -> host: its terminal's size changed. No answer."""
+
+    KIND = 208
+    cols: int
+    rows: int
+
+
+@register
+class Detach(Message):
+    """Attached client -> host: stop streaming. -> Ok, then the host closes."""
+
+    KIND = 209
+
+
+@register
+class Remove(Message):
+    """Forget an ended session and its backlog. -> Ok."""
+
+    KIND = 210
+    session: str
+
+
+@register
+class UpgradeCheck(Message):
+    """Run the hand-off pre-check against the installed code, change nothing. -> CheckReport."""
+
+    KIND = 211
+
+
+@register
+class GetSnapshot(Message):
+    """The current screen as ``format`` text, ansi, html or json. -> SnapshotData."""
+
+    KIND = 212
+    session: str
+    format: str = "text"
+
+
+@register
+class GetHistory(Message):
+    """The last ``lines`` lines of output as plain text. -> SnapshotData."""
+
+    KIND = 213
+    session: str
+    lines: int = 100
+
+
+@register
+class Ok(Message):
+    """The request succeeded and has nothing more to say."""
+
+    KIND = 300
+
+
+@register
+class SessionInfo(Message):
+    """One session, as a dict with the keys of ``SESSION_FIELDS``."""
+
+    KIND = 301
+    session: dict
+
+
+@register
+class SessionList(Message):
+    """Every session visible to the client."""
+
+    KIND = 302
+    sessions: list
+
+
+@register
+class Output(Message):
+    """Raw terminal output (backlog or live)."""
+
+    KIND = 303
+    data: bytes = b""
+
+
+@register
+class Exited(Message):
+    """The session ended: ``exit_code`` or ``signal`` is set, ``status`` says which."""
+
+    KIND = 304
+    session: str
+    status: str  # "exited", "killed", "dumped" or "lost"
+    exit_code: int | None = None
+    signal: int | None = None
+
+
+@register
+class Attached(Message):
+    """The attach succeeded; Output frames follow."""
+
+    KIND = 305
+    session: dict
+    # With a token: how much of its input stream the host wrote to the pty (resend what
+    # follows); -1: the host has no record of that token (a new client, or lost).
+    input_seq: int | None = None
+
+
+@register
+class CheckReport(Message):
+    """Host -> client: whether a hand-off to the installed code would be accepted."""
+
+    KIND = 306
+    ok: bool
+    message: str
+    version: str = ""
+    new_version: str = ""
+
+
+@register
+class SnapshotData(Message):
+    """Host -> client: a snapshot or history, as UTF-8 bytes."""
+
+    KIND = 307
+    data: bytes = b""
+
+
+@register
+class InputAck(Message):
+    """Host -> attached client with a token: its input up to ``seq`` is in the pty."""
+
+    KIND = 309
+    seq: int
+
+
+def encode_output(data) -> bytes:
+    """Fast path for the hottest frame: Output with raw bytes and no JSON."""
+    return HEADER.pack(JSON_LEN.size + len(data), Output.KIND) + b"\0\0\0\0" + bytes(data)
+
+
+def fit_size(cols: int, rows: int) -> tuple[int, int]:
+    """The largest size within the cap that fits in a terminal of ``cols`` x ``rows``
+    (a client on a wider terminal asks for this, and the program draws in its corner,
+    as in a tmux pane smaller than the terminal).  0 stays 0: no size known."""
+    if cols <= 0 or rows <= 0:
+        return cols, rows
+    cols = min(cols, MAX_COLS)
+    return cols, min(rows, MAX_ROWS, MAX_CELLS // cols)

@@ -1,0 +1,131 @@
+"""The three programs share only clowder_wire and clowder_common (issue 13).
+
+Read from the source with ast, so no import runs and no daemon is needed: a change
+inside one program cannot break another.  ctl never imports controld or ptyhostd,
+controld never ptyhostd or ctl, ptyhostd never controld or ctl; clowder_common imports
+none of the three, and clowder_wire nothing of clowder at all (it is self-contained,
+so a later move under one namespace, issue 15, takes it whole).
+
+Also here, because each is about what a start-up imports: clowderctl's argument parsing
+imports no subcommand's module, and the wire package stays free of dataclasses.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS = ("ptyhostd", "controld", "ctl")
+SHARED = ("clowder_wire", "clowder_common")
+# Package -> the packages of this tree it must never import.
+FORBIDDEN = {
+    "ctl": {"controld", "ptyhostd"},
+    "controld": {"ptyhostd", "ctl"},
+    "ptyhostd": {"controld", "ctl"},
+    "clowder_common": {"ptyhostd", "controld", "ctl"},
+    "clowder_wire": {"ptyhostd", "controld", "ctl", "clowder_common"},
+}
+
+
+def imported(path: str) -> list[tuple[int, str]]:
+    """(line, top-level package) of every absolute import in a file, wherever it is
+    (a function's lazy import counts as much as one at the top)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module.split(".")[0]))
+    return out
+
+
+def sources(package: str) -> list[str]:
+    found = []
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, package)):
+        found += [os.path.join(folder, name) for name in files if name.endswith(".py")]
+    assert found, f"no sources under {package}/"
+    return sorted(found)
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_a_package_imports_only_what_it_may(package):
+    bad = [f"{os.path.relpath(path, ROOT)}:{line} imports {top}"
+           for path in sources(package) for line, top in imported(path)
+           if top in FORBIDDEN[package]]
+    assert not bad, f"{package} reaches into another program:\n" + "\n".join(bad)
+
+
+def test_the_rule_sees_a_lazy_import(tmp_path):
+    """The check itself: an import inside a function is found, a relative one is not."""
+    path = tmp_path / "m.py"
+    path.write_text("from . import x\n\ndef f():\n    from ptyhostd.pty import fit_size\n")
+    assert imported(str(path)) == [(4, "ptyhostd")]
+
+
+def test_the_wire_package_lists_every_name_once():
+    import clowder_wire
+    from clowder_wire import control, files, frame, handshake, host, streams, vcs
+    union = []
+    for module in (frame, handshake, host, control, streams, files, vcs):
+        union += module.__all__
+        assert all(hasattr(module, name) for name in module.__all__), module.__name__
+    assert clowder_wire.__all__ == union
+    assert len(set(union)) == len(union), "a name exported by two files"
+
+
+def python(code: str) -> str:
+    """Run ``code`` in a fresh interpreter on this tree; its stdout."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_parsing_a_command_line_imports_only_that_subcommand():
+    code = ("import sys; from ctl.__main__ import build_parser; p = build_parser(); "
+            "p.format_help(); {}; "
+            "print(sorted(m for m in sys.modules if m.startswith('ctl.commands.')))")
+    assert python(code.format("pass")) == "[]"
+    assert python(code.format("p.parse_args(['ps'])")) == "['ctl.commands.ps']"
+    # history lives in snapshot's module with snapshot.
+    assert python(code.format("p.parse_args(['history', 'x'])")) == \
+        "['ctl.commands.snapshot']"
+
+
+def test_each_subcommand_is_listed_with_its_modules_own_help():
+    import argparse
+
+    from ctl.commands import COMMANDS
+
+    modules = {}
+    for name, module, helptext in COMMANDS:
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        __import__(f"ctl.commands.{module}", fromlist=["add_parser"]).add_parser(sub)
+        modules[name] = {a.dest: a.help for a in sub._choices_actions}
+        assert modules[name].get(name) == helptext, \
+            f"{name}: the table says {helptext!r}, ctl/commands/{module}.py says " \
+            f"{modules[name].get(name)!r}"
+    listed = {name for names in modules.values() for name in names}
+    assert listed == {name for name, _, _ in COMMANDS}, "a subcommand missing from COMMANDS"
+
+
+def test_clowderctl_starts_without_dataclasses_or_typing():
+    """What the start-up measurements rest on (docs/design.md, "the wire package")."""
+    code = ("import sys; import ctl.__main__, ctl.client, clowder_wire; "
+            "print(sorted(m for m in ('dataclasses', 'typing', 'yaml', 'pyte') "
+            "if m in sys.modules))")
+    assert python(code) == "[]"
+
+
+def test_the_host_starts_without_a_screen_model():
+    """pyte and the screen are imported at first use, not before the host serves."""
+    code = ("import sys; sys.argv = ['ptyhostd']; import ptyhostd.__main__; "
+            "print(sorted(m for m in ('pyte', 'ptyhostd.screen', 'ptyhostd.history', "
+            "'clowder_common.lines', 'yaml', 'secrets') if m in sys.modules))")
+    assert python(code) == "[]"
