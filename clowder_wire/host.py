@@ -158,11 +158,14 @@ class GetSnapshot(Message):
 
 @register
 class GetHistory(Message):
-    """The last ``lines`` lines of output as plain text. -> SnapshotData."""
+    """The last ``lines`` lines of output, as plain ``text`` or ``ansi`` (with their
+    colours and attributes, where the host's model keeps them). -> SnapshotData.
+    ``format`` is newer than the message: an older host ignores it (plain text)."""
 
     KIND = 213
     session: str
     lines: int = 100
+    format: str = "text"
 
 
 @register

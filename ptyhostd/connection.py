@@ -294,9 +294,11 @@ class Connection(asyncio.Protocol):
                                    f"({P.MAX_DATA}): ask for text", "too-large")
             self.send(P.SnapshotData(data=text))
         elif isinstance(msg, P.GetHistory):
-            from .history import last_lines  # its regexes: not needed to start serving
+            if msg.format not in ("text", "ansi"):
+                raise RequestError(f"unknown history format {msg.format!r} (text or ansi)",
+                                   "bad-request")
             s = self._session(msg.session)
-            keep = await last_lines(s.ring, msg.lines, P.MAX_DATA, s.cols)
+            keep = await s.history(msg.lines, P.MAX_DATA, ansi=msg.format == "ansi")
             self.send(P.SnapshotData(data="\n".join(keep).encode() + b"\n" * bool(keep)))
         elif isinstance(msg, P.UpgradeCheck):
             # Each check starts a process as the host's user: not for anyone to loop.

@@ -118,7 +118,7 @@ class Host(Adoption):
                     continue  # made from the ring meanwhile, or its bytes are gone
                 try:
                     s.screen = await screenwork.run(seeded, sc["cols"], sc["rows"], sc["vt"])
-                    s.screen_pos = sc["pos"]
+                    s.screen_pos = s.screen_start = sc["pos"]  # no scrollback before it
                     done += 1
                 except Exception as exc:  # rebuilt from the ring when next needed
                     s.screen, s.screen_pos = None, 0

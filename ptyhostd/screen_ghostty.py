@@ -52,6 +52,7 @@ _PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b
 _EPILOGUE = b"\x1b[?2026l"
 _ERASE = b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
 _SHAPE = re.compile(rb"\x1b\[(\d{0,3}) q|\x1b(c)")  # DECSCUSR, or RIS (which resets it)
+_SGR = re.compile("\x1b\\[[0-9;:]*m")
 _URI_CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_TITLE = 4096  # characters of a title a repaint sends (as screen.py keeps)
@@ -262,17 +263,46 @@ class GhosttyScreen:
         """One ``ghostty_terminal_get`` value by its GHOSTTY_TERMINAL_DATA_ suffix."""
         return self._term.get(key, ctype)
 
+    def history_lines(self, count: int, ansi: bool = False) -> list[str]:
+        """The last ``count`` lines of the primary screen as a terminal's scrollback has
+        them: what scrolled off the top, then the screen's rows (trailing blank ones
+        left out), soft wraps joined, as plain text.  A line redrawn in place is there
+        once, as last drawn; the alternate screen's content never is.  ``ansi``: each
+        line with its SGR (colours, attributes), ending with a reset."""
+        if count <= 0:
+            return []
+        if self.alt:
+            with _Copy(self) as primary:
+                primary.feed(_TO_PRIMARY[self._term.mode(1049)])
+                return primary.history_lines(count, ansi)
+        if ansi:
+            vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, unwrap=True, whole=True)
+            lines = [line + "\x1b[0m" if "\x1b" in line and not line.endswith("\x1b[0m")
+                     else line
+                     for line in vt.decode("utf-8", "replace").split("\r\n")]
+            while lines and not _SGR.sub("", lines[-1]).strip():
+                lines.pop()
+            return lines[-count:]
+        text = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN, unwrap=True, whole=True)
+        lines = [line.rstrip() for line in text.decode("utf-8", "replace").split("\n")]
+        while lines and not lines[-1]:
+            lines.pop()
+        return lines[-count:]
+
     def format(self, emit: int, extras: bool = False, tail: bool = True,
-               wide: bool = True, box: Optional[tuple] = None) -> bytes:
+               wide: bool = True, box: Optional[tuple] = None, unwrap: bool = False,
+               whole: bool = False) -> bytes:
         """The active area through ghostty's formatter (VT: cells with their SGR):
         ``extras`` adds the terminal state a repaint needs (modes, margins, tab stops,
         keys, cursor, pen, charsets); ``tail=False`` leaves out what the formatter
         writes after the cells (margins, cursor, pen, key flags, charsets);
         ``wide=False`` leaves out the terminal-wide modes and margins; ``box``: only the
-        cells from (x0, y0) to (x1, y1) instead of the whole area."""
+        cells from (x0, y0) to (x1, y1) instead of the whole area; ``whole``: from the
+        top of the scrollback to the end of the active area; ``unwrap``: soft-wrapped
+        rows joined into their line."""
         opts = _sized("GhosttyFormatterTerminalOptions")
         opts.emit = emit
-        opts.unwrap, opts.trim = False, False
+        opts.unwrap, opts.trim = unwrap, False
         e = opts.extra
         # No palette in VT: the formatter writes all 256 entries, set or not.
         e.tabstops = e.keyboard = extras
@@ -286,7 +316,7 @@ class GhosttyScreen:
         e.palette = emit == lib.GHOSTTY_FORMATTER_FORMAT_HTML
         sel = _sized("GhosttySelection")
         x0, y0, x1, y1 = box or (0, 0, self._cols - 1, self._rows - 1)
-        sel.start = self._term.ref(x0, y0)[0]
+        sel.start = self._term.ref(x0, y0, "screen" if whole else "active")[0]
         sel.end = self._term.ref(x1, y1)[0]
         opts.selection = sel
         fmt = ffi.new("GhosttyFormatter*")

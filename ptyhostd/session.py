@@ -216,10 +216,12 @@ class Session:
         self.attachments: set[Attachment] = set()
         self.waiters: list[asyncio.Future] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None  # while its master is read
-        # The terminal model, off the byte path: made on the first attach, fed lazily
-        # from the ring; ``screen_pos`` is the ring offset it has been fed up to.
+        # The terminal model, off the byte path: following output (ghostty), or made on
+        # the first attach and fed lazily (pyte), from the ring; ``screen_pos`` is the
+        # ring offset it has been fed up to.
         self.screen: Optional[Screen] = None
         self.screen_pos = 0
+        self.screen_start = 0  # the ring offset the model was first fed from
         self._resizes: list[tuple[int, int, int]] = []  # (ring offset, cols, rows) to apply
         self._screen_lock = asyncio.Lock()
         self.screen_budget_hits = 0
@@ -344,7 +346,7 @@ class Session:
         from . import engine, screenwork
         cols, rows = self.cols, self.rows
         self.screen = await screenwork.run(engine.new_screen, cols, rows)
-        self.screen_pos = max(self.ring.tail, start)
+        self.screen_pos = self.screen_start = max(self.ring.tail, start)
         self._resizes.clear()  # made at the size the session had
         if (self.cols, self.rows) != (cols, rows):  # resized meanwhile
             self._resizes.append((self.ring.head, self.cols, self.rows))
@@ -412,6 +414,20 @@ class Session:
                 return None, self.screen_pos  # fed only (one hop to the pool less)
             result = await screenwork.run(screenwork.render, screen, what)
             return result, self.screen_pos
+
+    async def history(self, count: int, budget: int, ansi: bool = False) -> list[str]:
+        """The last ``count`` lines of output as scrollback has them, within ``budget``
+        bytes of text.  From the model when it follows output (ghostty: a line redrawn
+        in place is there once, the alternate screen never) and has seen all the ring
+        holds or enough lines; else from the ring's raw bytes by the line model.
+        ``ansi``: with their SGR (the model's only; the line model's are plain)."""
+        from .history import fit, last_lines
+        if count > 0 and engine.follows_output():
+            lines, _ = await self.screen_call(
+                lambda screen: screen.history_lines(count, ansi=ansi))
+            if self.screen_start <= self.ring.tail or len(lines) >= count:
+                return fit(lines, budget)
+        return await last_lines(self.ring, count, budget, self.cols)
 
     def screen_busy(self) -> bool:
         """Whether a call on the model is running or waiting."""

@@ -474,6 +474,59 @@ def test_snapshot_and_history(host):
     assert proc.returncode == 2 and b"invalid choice" in proc.stderr
 
 
+def test_history_keeps_no_stale_frames_and_no_alternate_screen(host):
+    """Issue 13, acceptance 2: a UI that redraws in place (a 3-line spinner redrawn 60
+    times with cursor-up, as Ink-style renderers do) leaves its last frame in `history`,
+    not 180 stale lines; what a program showed on the alternate screen never enters it;
+    a line longer than the screen is one line.  The history comes from the model, which
+    follows output on the default engine (ghostty); the raw-line model kept every frame."""
+    frames = ("i=0; while [ $i -lt 60 ]; do "
+              "printf '\\033[K* frame %d\\n\\033[K  step %d\\n\\033[K  eta %d\\n"
+              "\\033[3A' $i $i $i; i=$((i+1)); done")
+    sid = host.spawn("sh", "-c", f"printf 'before\\n'; {frames}; printf '\\033[3B'; "
+                     "printf 'long-%s\\n' $(printf 'x%.0s' $(seq 1 50)); "
+                     "printf '\\033[?1049halt-only\\033[?1049lafter\\n'; exec sleep 100000",
+                     size="40x10")
+    wait_for(lambda: b"after" in host.backlog(sid), 10, "the program's output")
+    hist = host.ctl("history", sid, "--lines", "100").stdout.decode()
+    assert hist.splitlines() == ["before", "* frame 59", "  step 59", "  eta 59",
+                                 "long-" + "x" * 50, "after"], hist
+
+
+def _sgr_words(text: str) -> set:
+    """What the SGR sequences in ``text`` set, of bold and a red foreground."""
+    words = set()
+    for m in re.finditer(r"\x1b\[([0-9;]*)m", text):
+        params = [int(p or 0) for p in m.group(1).split(";")]
+        i = 0
+        while i < len(params):
+            p = params[i]
+            if p in (38, 48):  # extended colour: 5;N or 2;R;G;B
+                if p == 38 and params[i + 1:i + 3] == [5, 1]:
+                    words.add("red")
+                i += 3 if params[i + 1:i + 2] == [5] else 5
+                continue
+            words |= {1: {"bold"}, 31: {"red"}}.get(p, set())
+            i += 1
+    return words
+
+
+def test_history_lines_that_scrolled_off_keep_their_colours(host):
+    """Issue 13, acceptance 2: `history --format ansi` (and `attach --history`, which
+    asks for it) gives lines long scrolled off with their colours and attributes."""
+    sid = host.spawn("sh", "-c", "printf '\\033[1;31mred-1\\033[0m plain\\n'; "
+                     "seq 1 50; exec sleep 100000", size="40x10")
+    wait_for(lambda: b"\n50" in host.backlog(sid), 10, "the program's output")
+    hist = host.ctl("history", sid, "--lines", "100", "--format", "ansi").stdout.decode()
+    first = hist.splitlines()[0]
+    assert re.fullmatch(r"(\x1b\[[0-9;]*m)*red-1\x1b\[0m plain(\x1b\[0m)?", first), first
+    assert {"bold", "red"} <= _sgr_words(first.split("red-1")[0]), first
+    plain = host.ctl("history", sid, "--lines", "100").stdout.decode()
+    assert plain.splitlines()[0] == "red-1 plain" and "\x1b" not in plain, plain
+    bad = host.ctl("history", sid, "--format", "pdf", check=False)
+    assert bad.returncode == 2 and b"invalid choice" in bad.stderr
+
+
 def test_vim_detach_and_reattach(host, attach):
     """Issue 4, acceptance 2: a session running vim, attached, detached and attached
     again: the screen matches (repainted from the model) and typing still works."""

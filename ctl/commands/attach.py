@@ -26,7 +26,9 @@ def add_parser(sub):
     p.add_argument("--read-only", action="store_true", help="watch; send no input")
     p.add_argument("--history", type=int, default=500, metavar="LINES",
                    help="recent lines put into this terminal's scrollback first "
-                        "(default 500; 0: none)")
+                        "(default 500; 0: none), with their colours")
+    p.add_argument("--plain-history", action="store_true",
+                   help="put the history in without colours or attributes")
     p.add_argument("--detach-key", default="^\\",
                    help="the key that detaches, as ^X (default ^\\, i.e. Ctrl-backslash)")
     p.set_defaults(run=run, parser=p)
@@ -301,7 +303,9 @@ def _history(args) -> bytes:
         return b""
     try:
         with Client(args.target) as c:
-            return c.request(protocol.GetHistory(session=args.session, lines=args.history),
+            return c.request(protocol.GetHistory(session=args.session, lines=args.history,
+                                                 format="text" if args.plain_history
+                                                 else "ansi"),
                              protocol.SnapshotData).data
     except NotAnswering:
         raise  # the attach would wait out the same deadline again: say so now

@@ -15,6 +15,8 @@ def add_parser(sub):
     h = sub.add_parser("history", help="print the session's recent output as text")
     h.add_argument("session", metavar="ID")
     h.add_argument("--lines", "-n", type=int, default=100)
+    h.add_argument("--format", choices=("text", "ansi"), default="text",
+                   help="ansi: with colours and attributes (default text)")
     h.set_defaults(run=run_history)
 
 
@@ -31,4 +33,5 @@ def run_snapshot(args) -> int:
 
 
 def run_history(args) -> int:
-    return _print(args, protocol.GetHistory(session=args.session, lines=args.lines))
+    return _print(args, protocol.GetHistory(session=args.session, lines=args.lines,
+                                            format=args.format))
