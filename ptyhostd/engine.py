@@ -9,8 +9,10 @@ docs/design.md "Choosing the engine" has the measurements behind the default.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import logging
+import time
 from typing import Optional
 
 log = logging.getLogger("ptyhostd")
@@ -65,8 +67,8 @@ def factory():
         try:
             _factory = _load(name)
         except (ImportError, OSError) as exc:
-            if name != "ghostty":
-                raise
+            if name != "ghostty" or _out_of_fds(exc):
+                raise  # out of fds (as at a LimitNOFILE): the next model tries again
             log.error("screen engine: ghostty cannot be loaded (%s); using pyte", exc,
                       extra={"CLOWDER_CAUSE": "screen-engine", "CLOWDER_ENGINE": "pyte"})
             chosen, _factory = "pyte", _load("pyte")
@@ -80,10 +82,23 @@ def follows_output() -> bool:
     return chosen == "ghostty"
 
 
+def _out_of_fds(exc: BaseException) -> bool:
+    """Whether loading failed for want of file descriptors (an import or dlopen at the
+    process's limit), not for a broken install: no reason to give up on the engine."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        if "Too many open files" in str(exc):  # dlopen's reason, in cffi's OSError text
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def preload() -> None:
     """Load the engine and make its first model and renders (in the screen pool, after
     READY): ghostty's first text and VT format cost ~40 and ~17 ms of cffi look-ups,
     paid here rather than by the first attach."""
+    start = time.monotonic()
     try:
         screen = new_screen(80, 24)
         screen.feed(b"\x1b[1mwarm\x1b[0m")
@@ -91,6 +106,9 @@ def preload() -> None:
         screen.snapshot("text")
     except Exception:  # the first real model reports it again, with its session
         log.exception("screen engine: loading %s failed", chosen)
+        return
+    log.info("screen engine: %s loaded in %.0f ms", chosen, (time.monotonic() - start) * 1e3,
+             extra={"CLOWDER_CAUSE": "screen-engine-loaded", "CLOWDER_ENGINE": chosen})
 
 
 def new_screen(cols: int, rows: int):
