@@ -127,10 +127,13 @@ async def _serve(args) -> None:
     for sock in listeners:
         Listener(loop, sock, lambda: Connection(host))  # lives as the loop's reader
     stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    if _early_signals:  # a stop that came while we were adopting is handled now
+    def stopping() -> None:
+        host.stop_requested = True  # before the loop runs anything else (handoff checks)
         stop.set()
+    loop.add_signal_handler(signal.SIGTERM, stopping)
+    loop.add_signal_handler(signal.SIGINT, stopping)
+    if _early_signals:  # a stop that came while we were adopting is handled now
+        stopping()
     # systemctl reload (ExecReload sends SIGHUP): hand off to the installed code.
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(
         host.handoff(listener_fds)))

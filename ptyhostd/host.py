@@ -64,6 +64,7 @@ class Host(Adoption):
         self.control_cgroup = peer.control_cgroup()
         self._tasks: set[asyncio.Task] = set()
         self._handing_off = False
+        self.stop_requested = False  # SIGTERM seen: a hand-off under way must not exec
         self.last_handoff_error = ""
         self._unadopted: dict[str, list[int]] = {}  # FD store name -> fds left parked
         self._finishing: set[str] = set()  # sessions whose end is being recorded
@@ -485,6 +486,14 @@ class Host(Adoption):
                 models[s.id] = {"pos": pos, "cols": cols, "rows": rows, "vt": vt}
             screens = handoff.pack_screens(models)
             try:
+                if self.stop_requested:
+                    # A stop (SIGTERM) came while the new code was checked: its handler
+                    # ran in this process, so the new code would never see it, and the
+                    # stop would wait out TimeoutStopSec.  This code stops instead.
+                    log.info("hand-off abandoned: a stop came meanwhile",
+                             extra={"CLOWDER_CAUSE": "handoff"})
+                    outcome = "hand-off abandoned for a stop"
+                    return
                 # returns only on failure
                 handoff.execute({**self.parked(), **listeners, handoff.SCREENS: [screens],
                                  inputseq.NAME: [self.input_seq.fd]})
@@ -503,6 +512,8 @@ class Host(Adoption):
         finally:
             self._handing_off = False
             try:
+                if self.stop_requested:
+                    return  # stopping: no READY=1 (the stop's own STOPPING=1 was sent)
                 sdnotify.notify(f"READY=1\nSTATUS=serving {len(self.sessions)} sessions "
                                f"({outcome})")
             except Exception as exc:

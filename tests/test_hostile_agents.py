@@ -192,8 +192,13 @@ def test_the_mark_survives_restart_kill9_and_handoff(host, control):
     agent = control.wait_running(["api"])["api"]
     plain = host.spawn("sleep", "100000")
     host.restart()
-    host.kill9()
+    main = host.kill9()
     host.systemctl("reload", "clowder-ptyhost.service")
+    # `systemctl reload` returns once SIGHUP is sent (Type=notify, ExecReload=kill): the
+    # hand-off itself comes later, and a request made meanwhile may be cut by its exec.
+    wait_for(lambda: b"took over by hand-off" in host.run(
+        ["journalctl", "--no-pager", "-o", "cat", f"_PID={main}",
+         "CLOWDER_CAUSE=handoff"]).stdout, 20, "the new code to take over")
     wait_for(lambda: host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"]
              == "active" and host.ctl("ps", check=False).returncode == 0, 20,
              "the host to serve again after the reload")
