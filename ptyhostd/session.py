@@ -425,7 +425,10 @@ class Session:
         if count > 0 and engine.follows_output():
             lines, _ = await self.screen_call(
                 lambda screen: screen.history_lines(count, ansi=ansi))
-            if self.screen_start <= self.ring.tail or len(lines) >= count:
+            # A model that skipped output over its work budget (a bomb) lost lines: the
+            # raw line model has them (test_each_bomb_..., "history lost the end").
+            if not self.screen_budget_hits and (self.screen_start <= self.ring.tail
+                                                or len(lines) >= count):
                 return fit(lines, budget)
         return await last_lines(self.ring, count, budget, self.cols)
 
