@@ -28,10 +28,13 @@ _UNBOUNDED = (protocol.Wait,)
 # Requests answered at once, after which the connection carries events as they come.
 _THEN_EVENTS = (protocol.Attach, protocol.FileWatch)
 # Requests the daemon itself may work on for longer than a deadline, and how much longer:
-# the hand-off's pre-check (ptyhostd/handoff.py CHECK_TIMEOUT) and a VCS view (up to two
-# git commands of controld/vcs.py TIMEOUT each).
+# the hand-off's pre-check (ptyhostd/handoff.py CHECK_TIMEOUT), a VCS view (up to two
+# git commands of controld/vcs.py TIMEOUT each), and a Send to a program not reading,
+# which the host refuses after its input deadline (ptyhostd/inputqueue.py DEADLINE, 10 s
+# by default) -- without the margin the two 10 s deadlines raced and the user was told the
+# host was not answering instead of which bytes did not arrive.
 _SLOW = {protocol.UpgradeCheck: 10.0, protocol.VcsStatus: 20.0, protocol.VcsDiff: 20.0,
-         protocol.VcsLog: 20.0}
+         protocol.VcsLog: 20.0, protocol.Send: 10.0}
 
 
 class ClientError(Exception):
