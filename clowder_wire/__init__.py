@@ -18,8 +18,9 @@ from .handshake import (
 from .host import (
     AGENT_PREFIX, SESSION_FIELDS, MAX_COLS, MAX_ROWS, MAX_CELLS, fit_size,
     encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill, Attach, Input,
-    Resize, Detach, Remove, UpgradeCheck, GetSnapshot, GetHistory, Ok, SessionInfo,
-    SessionList, Output, Exited, Attached, CheckReport, SnapshotData, InputAck,
+    Resize, Detach, Remove, UpgradeCheck, HandOff, GetSnapshot, GetHistory, Ok,
+    SessionInfo, SessionList, Output, Exited, Attached, CheckReport, SnapshotData,
+    InputAck,
 )
 from .control import (
     AgentUp, AgentDown, AgentRestart, GetStatus, AgentInfo, StatusReport,
@@ -43,7 +44,7 @@ __all__ = [
     "decode", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
     "Error", "AGENT_PREFIX", "SESSION_FIELDS", "MAX_COLS", "MAX_ROWS", "MAX_CELLS",
     "fit_size", "encode_output", "Spawn", "ListSessions", "Send", "GetBacklog", "Wait",
-    "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck",
+    "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck", "HandOff",
     "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
     "Attached", "CheckReport", "SnapshotData", "InputAck", "AgentUp", "AgentDown",
     "AgentRestart", "GetStatus", "AgentInfo", "StatusReport", "STREAM_WINDOW",

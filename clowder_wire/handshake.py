@@ -22,12 +22,15 @@ class Hello(Message):
 
 @register
 class Welcome(Message):
-    """Host -> client: the handshake succeeded; ``uid`` is who the host thinks you are."""
+    """Host -> client: the handshake succeeded; ``uid`` is who the host thinks you are;
+    ``pid``, the daemon's (SO_PEERCRED names systemd, which made the listening socket):
+    a hand-off keeps it, a restart does not.  Newer than the message: 0 from older ones."""
 
     KIND = 101
     version: int
     server: str
     uid: int
+    pid: int = 0
 
 
 @register

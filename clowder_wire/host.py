@@ -27,7 +27,7 @@ MAX_CELLS = 250_000
 
 __all__ = ["AGENT_PREFIX", "SESSION_FIELDS", "MAX_COLS", "MAX_ROWS", "MAX_CELLS",
            "fit_size", "encode_output", "Spawn", "ListSessions", "Send", "GetBacklog",
-           "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck",
+           "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck", "HandOff",
            "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output",
            "Exited", "Attached", "CheckReport", "SnapshotData", "InputAck"]
 
@@ -145,6 +145,16 @@ class UpgradeCheck(Message):
     """Run the hand-off pre-check against the installed code, change nothing. -> CheckReport."""
 
     KIND = 211
+
+
+@register
+class HandOff(Message):
+    """Hand off in place to the installed code, as SIGHUP does (ExecReload= sends this, so
+    that ``systemctl reload`` ends when the hand-off has). -> Ok once systemd was told the
+    host is reloading; then an Error if the hand-off is refused or fails (the running code
+    serves on), or the connection closes as the new code takes over."""
+
+    KIND = 214
 
 
 @register

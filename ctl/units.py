@@ -33,7 +33,9 @@ Type=notify
 NotifyAccess=main
 ExecStart={exec_start} --{scope}
 # reload = an in-place hand-off to the installed code: same PID, every session kept.
-ExecReload=/bin/kill -HUP $MAINPID
+# ExecReload= stays until the new code serves (or says why not), so `systemctl reload`
+# ends with the hand-off and fails when it was refused (ptyhostd/reload.py).
+ExecReload={exec_start} --{scope} --socket %t/clowder/ptyhost.sock --hand-off $MAINPID
 # Pty masters, backlog rings and the manifest wait here across restarts and crashes.
 # Two entries a session (ptyhostd/fdstore.py counts them): 8,190 sessions, three host fds
 # each; the host refuses a spawn that would not fit, and reads this value at each spawn.

@@ -15,6 +15,18 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})  # s
 
 import sys  # noqa: E402
 
+# ExecReload's client (ptyhostd/reload.py) needs only the wire package: it is dispatched
+# before the imports below, so that an installed build too broken to import is still
+# asked through the running host, whose check refuses it with the reason.
+if "--hand-off" in sys.argv[1:]:
+    import os
+    # A stop during the hand-off sends us SIGTERM too: systemd counts a control process
+    # killed by it as the stop's failure (Result=signal), and the reload is cancelled
+    # anyway, so leave quietly.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: os._exit(0))
+    from .reload import main as _hand_off_main
+    sys.exit(_hand_off_main(sys.argv[1:]))
+
 # asyncio imports ssl when it can (~13 ms, a sixth of our start-up, which is the blackout
 # of every restart); the host never speaks TLS, and asyncio works without ssl, as it
 # does on a Python built without it.
@@ -69,6 +81,10 @@ def _parse(argv):
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
     p.add_argument("--check-handoff", action="store_true",
                    help="(internal) dry-run restore of a running host's state, for reload")
+    p.add_argument("--hand-off", type=int, metavar="PID",
+                   help="with --socket: ask the host there (the unit's main process PID) to "
+                        "hand off to the installed code, and wait for the outcome "
+                        "(what ExecReload= runs; ptyhostd/reload.py)")
     args = p.parse_args(argv)
     if args.user is None:
         args.user = os.getuid() != 0
@@ -134,9 +150,10 @@ async def _serve(args) -> None:
     loop.add_signal_handler(signal.SIGINT, stopping)
     if _early_signals:  # a stop that came while we were adopting is handled now
         stopping()
-    # systemctl reload (ExecReload sends SIGHUP): hand off to the installed code.
-    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(
-        host.handoff(listener_fds)))
+    # A HandOff request (what ExecReload sends) or SIGHUP (by hand, or an older unit's
+    # ExecReload): hand off to the installed code.
+    host.listener_fds = listener_fds
+    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(host.handoff()))
     how = "after a hand-off" if handed is not None else ""
     if handed is not None:
         log.info("ptyhostd %s took over by hand-off: %d sessions", __version__,

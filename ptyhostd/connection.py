@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import socket
 import struct
 from typing import Optional
@@ -181,7 +182,8 @@ class Connection(asyncio.Protocol):
         else:
             self.greeted = True
             self.send(protocol.Welcome(version=protocol.PROTOCOL_VERSION,
-                                       server=f"ptyhostd {__version__}", uid=self.uid))
+                                       server=f"ptyhostd {__version__}", uid=self.uid,
+                                       pid=os.getpid()))
 
     async def _work(self) -> None:
         """Handle queued requests one at a time, in order."""
@@ -311,6 +313,13 @@ class Connection(asyncio.Protocol):
                                         version=__version__, new_version=report["version"]))
             except handoff.HandoffError as exc:
                 self.send(P.CheckReport(ok=False, message=str(exc), version=__version__))
+        elif isinstance(msg, P.HandOff):
+            # The same hand-off as SIGHUP: only whoever may signal the host may ask.
+            if self.uid not in (0, self.host.uid):
+                raise RequestError(f"uid {self.uid} may not hand the host off: only root "
+                                   f"may", "permission")
+            why = await self.host.handoff(started=lambda: self.send(P.Ok()))
+            raise RequestError(why, "handoff-refused")
         elif isinstance(msg, P.Detach):
             self.send(P.Ok())
             self.close_after_flush()

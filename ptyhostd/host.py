@@ -15,7 +15,7 @@ import pwd
 import time
 import unicodedata
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import clowder_wire as protocol
 from clowder_common import fdlimit, sdnotify
@@ -66,6 +66,7 @@ class Host(Adoption):
         self._handing_off = False
         self.stop_requested = False  # SIGTERM seen: a hand-off under way must not exec
         self.last_handoff_error = ""
+        self.listener_fds: dict[str, list[int]] = {}  # systemd's listening sockets (main())
         self._unadopted: dict[str, list[int]] = {}  # FD store name -> fds left parked
         self._finishing: set[str] = set()  # sessions whose end is being recorded
         # Sessions adopted on the fast path (their recorded pid alive), for the start's
@@ -466,16 +467,21 @@ class Host(Adoption):
         return await self.loop.run_in_executor(None, handoff.run_check, self.parked(),
                                                self.manifest)
 
-    async def handoff(self, listeners: dict[str, list[int]]) -> None:
-        """Become the installed code in this same process, or say why not and carry on.
-
-        Whatever fails, systemd hears READY=1 again (else the unit stays `reloading`)."""
+    async def handoff(self, started: Optional[Callable[[], None]] = None) -> str:
+        """Become the installed code in this same process, or say why not and carry on:
+        the new code never returns here, this returns why it did not take over.
+        ``started`` is called once systemd was told the host is reloading (a HandOff
+        request is answered then).  Whatever fails, systemd hears READY=1 again (else the
+        unit stays `reloading`)."""
         if self._handing_off:
-            return
+            return "a hand-off is already under way"
         self._handing_off = True
         outcome = "hand-off refused"
+        why = ""
         try:
             sdnotify.notify("RELOADING=1\nSTATUS=checking the new code")
+            if started is not None:
+                started()
             report = await self.check_handoff()
             log.info("hand-off to ptyhostd %s: check passed (%d sessions)", report["version"],
                      report["sessions"], extra={"CLOWDER_CAUSE": "handoff"})
@@ -493,32 +499,33 @@ class Host(Adoption):
                     log.info("hand-off abandoned: a stop came meanwhile",
                              extra={"CLOWDER_CAUSE": "handoff"})
                     outcome = "hand-off abandoned for a stop"
-                    return
+                    why = "hand-off abandoned: the host is stopping"
+                    return why
                 # returns only on failure
-                handoff.execute({**self.parked(), **listeners, handoff.SCREENS: [screens],
+                handoff.execute({**self.parked(), **self.listener_fds,
+                                 handoff.SCREENS: [screens],
                                  inputseq.NAME: [self.input_seq.fd]})
             finally:
                 os.close(screens)
         except handoff.HandoffError as exc:
             self.last_handoff_error = str(exc)
-            log.error("hand-off refused, the running code keeps serving: %s", exc,
-                      extra={"CLOWDER_CAUSE": "handoff-refused"})
+            why = f"hand-off refused, the running code keeps serving: {exc}"
+            log.error("%s", why, extra={"CLOWDER_CAUSE": "handoff-refused"})
         except Exception as exc:  # our side failed, not the new code's check
             outcome = "hand-off failed"
             self.last_handoff_error = f"{type(exc).__name__}: {exc}"
-            log.error("hand-off failed, the running code keeps serving: %s: %s",
-                      type(exc).__name__, exc, exc_info=exc,
-                      extra={"CLOWDER_CAUSE": "handoff-failed"})
+            why = f"hand-off failed, the running code keeps serving: {type(exc).__name__}: {exc}"
+            log.error("%s", why, exc_info=exc, extra={"CLOWDER_CAUSE": "handoff-failed"})
         finally:
             self._handing_off = False
             try:
-                if self.stop_requested:
-                    return  # stopping: no READY=1 (the stop's own STOPPING=1 was sent)
-                sdnotify.notify(f"READY=1\nSTATUS=serving {len(self.sessions)} sessions "
-                               f"({outcome})")
+                if not self.stop_requested:  # stopping: the stop's STOPPING=1 was sent
+                    sdnotify.notify(f"READY=1\nSTATUS=serving {len(self.sessions)} sessions "
+                                    f"({outcome})")
             except Exception as exc:
                 log.error("cannot tell systemd the host serves again: %s", exc,
                           extra={"CLOWDER_CAUSE": "handoff-failed"})
+        return why or "hand-off failed: the new code returned"
 
     # --- stop ---------------------------------------------------------------------------
 

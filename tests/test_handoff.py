@@ -31,11 +31,37 @@ def numbers(host, sid) -> list[int]:
 
 
 def reload_and_wait(host) -> None:
-    """Reload, then wait until the host answers again (on 252, reload returns early)."""
+    """Reload: `systemctl reload` returns once the new code serves (ptyhostd/reload.py)."""
     host.systemctl("reload", "clowder-ptyhost.service")
-    wait_for(lambda: host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"]
-             == "active" and host.ctl("ps", check=False).returncode == 0, 20,
-             "the host to serve again after the reload")
+    assert host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"] == "active"
+
+
+def handoffs(host, pid: int) -> int:
+    """How many hand-offs the host of this pid has finished (its journal says)."""
+    return host.run(["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff",
+                     f"_PID={pid}"]).stdout.count(b"took over by hand-off")
+
+
+def test_reload_returns_once_the_new_code_serves(host):
+    """systemd 252 ends a reload job when ExecReload= exits: with `kill -HUP` that was at
+    once, before the new code was even checked (a stop or a second reload right after it
+    raced the exec).  ExecReload= now waits for the outcome."""
+    sid = host.spawn("sleep", "100000")
+    main = host.main_pid()
+    for i in range(3):
+        before = handoffs(host, main)
+        host.systemctl("reload", "clowder-ptyhost.service")
+        # No waiting: the new code took over before systemctl returned.
+        assert handoffs(host, main) == before + 1, f"reload {i + 1} returned before it ended"
+        assert host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"] == "active"
+        assert host.ps()[sid]["state"] == "running"
+    assert host.main_pid() == main
+    # A stop right after a reload is a stop, not a wait on TimeoutStopSec.
+    host.systemctl("reload", "clowder-ptyhost.service")
+    host.systemctl("stop", "clowder-ptyhost.service")
+    state = host.show("clowder-ptyhost.service", "ActiveState", "Result")
+    assert state["ActiveState"] in ("inactive", "failed") and state["Result"] == "success", \
+        state
 
 
 def test_reload_keeps_pid_sessions_and_every_byte(host):
@@ -98,6 +124,43 @@ def _break(path: str, line: str):
     return original
 
 
+def test_a_stop_while_the_new_code_is_checked_is_a_stop(host):
+    """A stop that comes during a hand-off's check: its SIGTERM is handled by the running
+    code, which must stop (ending the sessions) rather than exec the new code, which
+    would never see it and leave the stop to wait out TimeoutStopSec (Result=timeout)."""
+    sid = host.spawn("sleep", "100000")
+    main = host.main_pid()
+    path = os.path.join(SITE, "handoff.py")
+    # The check imports the installed handoff.py: make it slow, so the stop lands in it.
+    original = _break(path, "import time as _t; _t.sleep(4)")
+    try:
+        host.systemctl("reload", "--no-block", "clowder-ptyhost.service")
+        wait_for(lambda: host.show("clowder-ptyhost.service", "StatusText")["StatusText"]
+                 == "checking the new code", 10, "the hand-off's check to start")
+        host.systemctl("stop", "clowder-ptyhost.service")
+    finally:
+        with open(path, "w") as f:
+            f.write(original)
+    state = host.show("clowder-ptyhost.service", "ActiveState", "Result")
+    assert state == {"ActiveState": "inactive", "Result": "success"}, state
+    log = host.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={main}"]).stdout
+    assert b"stopping: ending every session" in log, log[-2000:]
+    assert b"took over by hand-off" not in log
+    host.start()
+    assert host.ps().get(sid, {}).get("state") != "running", "a stop left the session"
+
+
+def _reload_refused(host, main: int) -> None:
+    """`systemctl reload` fails, and the unit's journal says why (ptyhostd/reload.py)."""
+    proc = host.systemctl("reload", "clowder-ptyhost.service", check=False)
+    assert proc.returncode != 0, "a refused hand-off made `systemctl reload` succeed"
+    field = "_SYSTEMD_USER_UNIT" if host.scope == "user" else "_SYSTEMD_UNIT"
+    wait_for(lambda: b"ptyhostd --hand-off: hand-off refused" in host.run(
+        ["journalctl", "--no-pager", "-o", "cat", f"{field}=clowder-ptyhost.service"]).stdout,
+        20, "the reload's own words on why (in the unit's journal)")
+    assert host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"] == "active"
+
+
 def test_precheck_refuses_code_that_cannot_start(host):
     sid = host.spawn("sleep", "100000")
     main = host.main_pid()
@@ -106,7 +169,7 @@ def test_precheck_refuses_code_that_cannot_start(host):
     try:
         check = host.ctl("upgrade", "--check", check=False)
         assert check.returncode == 1 and b"refused" in check.stdout, check.stdout
-        host.systemctl("reload", "clowder-ptyhost.service")
+        _reload_refused(host, main)
         wait_for(lambda: b"hand-off refused" in host.run(
             ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-refused",
              f"_PID={main}"]).stdout, 20, "the host to log why it refused the hand-off")
@@ -127,7 +190,7 @@ def test_precheck_refuses_code_that_cannot_restore(host):
     try:
         check = host.ctl("upgrade", "--check", check=False)
         assert check.returncode == 1 and b"cannot read this manifest" in check.stdout
-        host.systemctl("reload", "clowder-ptyhost.service")
+        _reload_refused(host, main)
         wait_for(lambda: b"cannot read this manifest" in host.run(
             ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-refused",
              f"_PID={main}"]).stdout, 20, "the host to log why it refused the hand-off")

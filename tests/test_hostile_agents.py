@@ -193,15 +193,10 @@ def test_the_mark_survives_restart_kill9_and_handoff(host, control):
     plain = host.spawn("sleep", "100000")
     host.restart()
     main = host.kill9()
-    host.systemctl("reload", "clowder-ptyhost.service")
-    # `systemctl reload` returns once SIGHUP is sent (Type=notify, ExecReload=kill): the
-    # hand-off itself comes later, and a request made meanwhile may be cut by its exec.
-    wait_for(lambda: b"took over by hand-off" in host.run(
+    host.systemctl("reload", "clowder-ptyhost.service")  # returns once the new code serves
+    assert b"took over by hand-off" in host.run(
         ["journalctl", "--no-pager", "-o", "cat", f"_PID={main}",
-         "CLOWDER_CAUSE=handoff"]).stdout, 20, "the new code to take over")
-    wait_for(lambda: host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"]
-             == "active" and host.ctl("ps", check=False).returncode == 0, 20,
-             "the host to serve again after the reload")
+         "CLOWDER_CAUSE=handoff"]).stdout, "systemctl reload returned before the hand-off"
     now = host.ps()
     assert now[agent["session"]]["agent"] is True and now[plain]["agent"] is False
     control.restart()
@@ -311,6 +306,38 @@ def test_upgrade_check_is_roots_only(host):
     r = host.ctl("upgrade", "--check", user=bob(), check=False)
     assert r.returncode != 0 and b"uid 2002 may not run the upgrade check" in r.stderr, r
     assert host.ctl("upgrade", "--check").stdout.startswith(b"ok:")
+
+
+HANDOFF_AS = """
+import socket, sys
+import clowder_wire as P
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION)) + P.encode(P.HandOff()))
+r = P.FrameReader()
+got = []
+while len(got) < 2:
+    data = s.recv(65536)
+    if not data:
+        break
+    got += r.feed(data)
+print(repr(got[1:]))
+"""
+
+
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_handoff_is_roots_only(host):
+    """HandOff (what ExecReload= sends) from another user: refused, and nothing starts."""
+    main = host.main_pid()
+    before = host.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={main}",
+                       "CLOWDER_CAUSE=handoff"]).stdout
+    for _ in range(20):
+        r = host.run([PYTHON, "-c", HANDOFF_AS, host.socket], user=bob())
+        assert b"uid 2002 may not hand the host off" in r.stdout, r
+    assert host.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={main}",
+                     "CLOWDER_CAUSE=handoff"]).stdout == before, "a hand-off was started"
+    assert host.main_pid() == main
+    host.systemctl("reload", "clowder-ptyhost.service")  # root's own: still works
 
 
 # --- 4. names never reach root's terminal raw -----------------------------------------

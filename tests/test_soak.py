@@ -235,7 +235,7 @@ class Soak:
     def handoff(self) -> None:
         pid = self.host.main_pid()
         self.host.systemctl("reload", "clowder-ptyhost.service")
-        # 252's reload returns before READY=1: wait until it is active again.
+        # It returns once the new code serves (ptyhostd --hand-off); the wait is a check.
         wait_for(lambda: self.host.show("clowder-ptyhost.service", "ActiveState",
                                         "MainPID") == {"ActiveState": "active",
                                                        "MainPID": str(pid)},

@@ -1,0 +1,123 @@
+"""ptyhostd --hand-off PID: what ExecReload= runs, so `systemctl reload` ends with the hand-off.
+
+systemd 252 ends a reload job when ExecReload= exits; a bare `kill -HUP` exits at once, so
+`systemctl reload` returned before the new code was even checked, said nothing when the
+hand-off was refused, and a stop right after it raced the exec.  This client asks the
+running host (a HandOff request on its socket) and stays until the outcome:
+
+- the host answers Ok once it has told systemd RELOADING=1 (a notification systemd reads
+  before it sees this process exit, so the unit stays `reloading` until READY=1);
+- then an Error if the new code refused (or the hand-off failed): printed, exit 1, and
+  `systemctl reload` fails with it while the running code serves on;
+- or the connection closes as the process execs the new code: this client connects again
+  until the host answers, and checks it is the same process (a hand-off keeps the PID; a
+  new PID means it crashed and was restarted instead): exit 0 or 1.
+
+A host from before the request answers "unknown message kind": it is sent SIGHUP, as the
+unit did before (so a package upgrade reloads an old host with the new unit file).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+
+import clowder_wire as protocol
+
+# The whole hand-off: the new code's check (ptyhostd/handoff.py CHECK_TIMEOUT, 10 s), the
+# screens packed, the exec and the adoption; below the unit's TimeoutStartSec (90 s).
+DEADLINE = 60.0
+FIRST_CONNECT = 10.0  # the running host answers at once, or is being replaced by systemd
+
+
+class _Closed(Exception):
+    """The host closed the connection."""
+
+
+def _connect(path: str, end: float) -> tuple[socket.socket, int]:
+    """A greeted connection to the host at ``path`` and its pid (retried until ``end``)."""
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(max(0.1, end - time.monotonic()))
+            sock.connect(path)
+            sock.sendall(protocol.encode(protocol.Hello(version=protocol.PROTOCOL_VERSION,
+                                                        client="ptyhostd --hand-off")))
+            reply = _recv(sock, protocol.FrameReader(), [])
+            if isinstance(reply, protocol.Error):
+                raise SystemExit(f"ptyhostd --hand-off: the host refused the greeting: "
+                                 f"{reply.message}")
+            return sock, reply.pid  # 0: a host from before Welcome.pid
+        except (OSError, _Closed) as exc:
+            sock.close()
+            if time.monotonic() >= end:
+                raise SystemExit(f"ptyhostd --hand-off: the host at {path} does not answer "
+                                 f"({exc})") from None
+            time.sleep(0.05)  # a host between two processes: systemd queues us meanwhile
+
+
+def _recv(sock: socket.socket, reader: protocol.FrameReader,
+          pending: list) -> protocol.Message:
+    while not pending:
+        data = sock.recv(1 << 16)
+        if not data:
+            raise _Closed("the host closed the connection")
+        pending.extend(reader.feed(data))
+    return pending.pop(0)
+
+
+def main(argv: list[str]) -> int:
+    """``[--system|--user] --socket PATH --hand-off PID`` (the unit's ExecReload=)."""
+    import argparse
+    p = argparse.ArgumentParser(prog="ptyhostd --hand-off")
+    p.add_argument("--system", action="store_true")
+    p.add_argument("--user", action="store_true")
+    p.add_argument("--socket", required=True, help="the host's socket")
+    p.add_argument("--hand-off", type=int, required=True, metavar="PID",
+                   help="the unit's main process ($MAINPID)")
+    args = p.parse_args(argv)
+    return hand_off(args.socket, args.hand_off)
+
+
+def hand_off(path: str, main_pid: int) -> int:
+    start = time.monotonic()
+    end = start + DEADLINE
+    sock, pid = _connect(path, start + FIRST_CONNECT)
+    if pid and main_pid and pid != main_pid:
+        print(f"ptyhostd --hand-off: the host at {path} is pid {pid}, not the unit's main "
+              f"process {main_pid}", file=sys.stderr)
+        return 1
+    reader, pending = protocol.FrameReader(), []
+    try:
+        sock.settimeout(max(0.1, end - time.monotonic()))
+        sock.sendall(protocol.encode(protocol.HandOff()))
+        reply = _recv(sock, reader, pending)
+        if isinstance(reply, protocol.Error) and reply.code == "unknown-kind":
+            # A host from before HandOff: SIGHUP is what it knows.
+            os.kill(pid or main_pid, signal.SIGHUP)
+            print("ptyhostd --hand-off: an older host: sent it SIGHUP", file=sys.stderr)
+            return 0
+        if isinstance(reply, protocol.Error):
+            print(f"ptyhostd --hand-off: {reply.message}", file=sys.stderr)
+            return 1
+        reply = _recv(sock, reader, pending)  # the outcome, if the running code stays
+        message = reply.message if isinstance(reply, protocol.Error) else repr(reply)
+        print(f"ptyhostd --hand-off: {message}", file=sys.stderr)
+        return 1
+    except _Closed:
+        pass  # the exec: the new code closes what the old one had open
+    except socket.timeout:
+        print(f"ptyhostd --hand-off: no outcome within {DEADLINE:g} s", file=sys.stderr)
+        return 1
+    finally:
+        sock.close()
+    sock, now = _connect(path, end)
+    sock.close()
+    if pid and now != pid:
+        print(f"ptyhostd --hand-off: the host was replaced (pid {pid} -> {now}), not handed "
+              f"off: see its journal", file=sys.stderr)
+        return 1
+    return 0
