@@ -34,6 +34,7 @@ from pyte.screens import StaticDefaultDict
 
 from . import screen_render
 from .grid import Grid, Saved
+from .screen_json import MOUSE_ENCODINGS, MOUSE_MODES
 from .screen_render import BLANK, Cell, NAMES, CHARSET_CODES
 
 MAX_STRING = 64 * 1024  # longest OSC/DCS held whole; longer ones are skipped to their end
@@ -300,8 +301,8 @@ class Screen:
     def read_modes(self) -> dict:
         """The modes ``screen_json.MODES`` names."""
         private, ansi = self.private_modes(), self.ansi_modes()
-        mouse = next((name for mode, name in _MOUSE if mode in private), None)
-        encoding = next((name for mode, name in _MOUSE_ENCODING if mode in private), None)
+        mouse = next((name for mode, name in MOUSE_MODES if mode in private), None)
+        encoding = next((name for mode, name in MOUSE_ENCODINGS if mode in private), None)
         return {
             "alternate_screen": self.alt, "application_cursor": 1 in private,
             "application_keypad": self.keypad, "bracketed_paste": 2004 in private,
@@ -311,6 +312,18 @@ class Screen:
             "modify_other_keys": self.modify_keys.get(4, 0),
             "synchronized_output": 2026 in private,
         }
+
+    def view_buffer(self):
+        """The active screen's cells, rows by number (what screen_view paints)."""
+        return self._grid.buffer
+
+    def keyboard_stack(self) -> list:
+        """The shown screen's kitty keyboard-protocol flag stack."""
+        return self._keys
+
+    def pen(self) -> tuple:
+        """The cursor's pen: the attributes of a ``screen_render.Cell``."""
+        return self._grid.cursor.attrs[1:]
 
     # Views for the renderer and for tests.
 
@@ -722,9 +735,6 @@ def _json(screen: Screen) -> str:
 
 SNAPSHOT_FORMATS = {"text": screen_render.text, "ansi": screen_render.ansi,
                     "html": screen_render.html, "json": _json}
-# The most specific mode wins when a program set several (as in xterm).
-_MOUSE = ((1003, "any"), (1002, "button"), (1001, "highlight"), (1000, "normal"), (9, "x10"))
-_MOUSE_ENCODING = ((1016, "sgr_pixels"), (1006, "sgr"), (1015, "urxvt"), (1005, "utf8"))
 
 
 def _utf8_cut(buf: bytes, start: int, end: int) -> int:

@@ -35,6 +35,8 @@ from typing import Optional
 import pyghostty
 from pyghostty import ffi, lib
 
+from . import screen_cells
+
 SCROLLBACK_LINES = 10_000  # what scrolled off the primary screen, kept as cells
 SCROLLBACK_BYTES = 16 << 20  # and at most this much memory of it, whatever the width
 MAX_PENDING = 64 * 1024  # longest unfinished sequence ``pending`` hands over (as Screen)
@@ -53,7 +55,6 @@ _EPILOGUE = b"\x1b[?2026l"
 _ERASE = b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
 _SHAPE = re.compile(rb"\x1b\[(\d{0,3}) q|\x1b(c)")  # DECSCUSR, or RIS (which resets it)
 _SGR = re.compile("\x1b\\[[0-9;:]*m")
-_URI_CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_TITLE = 4096  # characters of a title a repaint sends (as screen.py keeps)
 _CHARSETS = re.compile(rb"(?:\x1b[()*+].|[\x0e\x0f])*\Z")  # the formatter's last words
@@ -222,25 +223,96 @@ class GhosttyScreen:
         if format == "html":
             return self.format(lib.GHOSTTY_FORMATTER_FORMAT_HTML).decode("utf-8", "replace")
         if format == "json":
-            from .screen_json import snapshot
-            return snapshot(self._pyte_copy())
+            from .screen_json import snapshot  # only a JSON snapshot needs it
+            return snapshot(self)
         raise ValueError(f"unknown snapshot format {format!r}")
 
     def view(self, cols: int, rows: int) -> bytes:
-        """This screen on a terminal of another size (screen_view.py)."""
-        return self._pyte_copy().view(cols, rows)
+        """VT bytes that show this screen on a terminal of another size: its top-left
+        part, the area past its edges marked (screen_view.py)."""
+        from .screen_view import view  # only a client of another size needs it
+        return view(self, cols, rows)
 
-    def _pyte_copy(self):
-        """A pyte model of this screen, made from its repaint, for what only the pyte
-        engine implements so far (the JSON read API, views for clients of another size).
-        ghostty's C API has every cell's cluster, style and link, the cursor and modes
-        (issue 13's note): reading them directly would skip this parse, which costs a
-        pure-Python pass over the repaint (~1 ms at 80x24, more at large sizes)."""
-        from .screen import Screen
-        copy = Screen(self._cols, self._rows)
-        copy.feed(self.repaint())
-        copy.engine = "ghostty"
-        return copy
+    # The read API of screen_json and screen_view, from ghostty's own cells
+    # (screen_cells.py), its cursor and its modes.
+
+    icon_name = ""  # ghostty keeps no icon name (OSC 1)
+
+    def read_rows(self):
+        """The active screen's rows, top to bottom, as lists of ``screen_json.ViewCell``
+        (one row at a time: a 500x500 screen's cells at once would cost tens of MiB)."""
+        from .screen_json import ViewCell
+        from .screen_render import view_style
+        with screen_cells.Cells(self._t, self._cols, self._rows) as cells:
+            for row in cells.rows():
+                yield [ViewCell(c.x, c.text, c.width, view_style(c.attrs)) for c in row]
+
+    def view_buffer(self) -> dict:
+        """The active screen's rows as ``screen_render`` paints them: row number to a
+        row of ``Cell`` by column (the right half of a wide character an empty one)."""
+        from pyte.screens import StaticDefaultDict
+        from .screen_render import BLANK, Cell
+        buffer = {}
+        with screen_cells.Cells(self._t, self._cols, self._rows) as cells:
+            for y, row in enumerate(cells.rows()):
+                if not row:
+                    continue
+                line = buffer[y] = StaticDefaultDict(BLANK)
+                for c in row:
+                    line[c.x] = Cell(c.text, *c.attrs)
+                    if c.width == 2 and c.x + 1 < self._cols:
+                        line[c.x + 1] = Cell("", *c.attrs)
+        return buffer
+
+    def read_cursor(self):
+        """The cursor as a ``screen_json.Cursor`` (ghostty keeps it on the last column
+        while a wrap is pending, as the schema does)."""
+        from .screen_json import Cursor
+        x, y = self._term.cursor
+        return Cursor(x=min(x, self._cols - 1), y=y,
+                      visible=bool(self.get("cursor_visible", "bool")),
+                      style=self.cursor_shape,
+                      pending_wrap=bool(self.get("cursor_pending_wrap", "bool")))
+
+    def read_modes(self) -> dict:
+        """The modes ``screen_json.MODES`` names.  ghostty keeps no modifyOtherKeys
+        level in its C API: 0."""
+        from .screen_json import MOUSE_ENCODINGS, MOUSE_MODES
+        mode = self._mode
+        return {
+            "alternate_screen": self.alt, "application_cursor": mode(1),
+            "application_keypad": mode(66), "bracketed_paste": mode(2004),
+            "mouse": next((name for m, name in MOUSE_MODES if mode(m)), None),
+            "mouse_encoding": next((name for m, name in MOUSE_ENCODINGS if mode(m)), None),
+            "focus": mode(1004), "autowrap": mode(7), "origin": mode(6),
+            "insert": mode(4, ansi=True), "reverse_video": mode(5),
+            "keyboard": int(self.get("kitty_keyboard_flags", "uint8_t")),
+            "modify_other_keys": 0, "synchronized_output": mode(2026),
+        }
+
+    def private_modes(self) -> set:
+        """The DEC private modes a view sets or resets that are set, and DECTCEM."""
+        from .screen_render import KNOWN_PRIVATE
+        return {m for m in KNOWN_PRIVATE + (25,) if self._mode(m)}
+
+    def _mode(self, mode: int, ansi: bool = False) -> bool:
+        """Whether a mode is set; False for one ghostty does not know (1001, highlight
+        tracking)."""
+        try:
+            return self._term.mode(mode, ansi=ansi)
+        except pyghostty.GhosttyError:
+            return False
+
+    def keyboard_stack(self) -> list:
+        """The kitty keyboard flags of the shown screen as a stack: ghostty's C API
+        gives only the top entry."""
+        flags = int(self.get("kitty_keyboard_flags", "uint8_t"))
+        return [flags] if flags else []
+
+    def pen(self) -> tuple:
+        """The cursor's pen as ``screen_render.Cell`` attributes."""
+        from .screen_render import ATTRS_DEFAULT
+        return screen_cells.pen(self._t) or ATTRS_DEFAULT
 
     # Views for the renderer and for tests.
 
@@ -352,15 +424,9 @@ class GhosttyScreen:
                     if first is not None:
                         out.append(_ERASE % (y + 1, 1, first, self._cols))
                     continue
-            x = 0
-            while x < self._cols:
-                colour = cells.colour(x, y)
-                end = x + 1
-                while end < self._cols and cells.colour(end, y) == colour:
-                    end += 1
+            for x, end, colour in screen_cells.runs(self._cols, lambda x: cells.colour(x, y)):
                 if colour is not None:
                     out.append(_ERASE % (y + 1, x + 1, colour, end - x))
-                x = end
         return b"".join(out) + (b"\x1b[0m" if out else b"")
 
     def links(self) -> list:
@@ -371,15 +437,9 @@ class GhosttyScreen:
         for y in range(self._rows):
             if not cells.has_link(y):
                 continue
-            x = 0
-            while x < self._cols:
-                uri = cells.uri(x, y)
-                end = x + 1
-                while end < self._cols and cells.uri(end, y) == uri:
-                    end += 1
-                if uri:
-                    runs.append((y, x, end - 1, uri))
-                x = end
+            runs += [(y, x, end - 1, uri)
+                     for x, end, uri in screen_cells.runs(self._cols, lambda x: cells.uri(x, y))
+                     if uri]
         return runs
 
     def hyperlinks(self) -> bytes:
@@ -492,16 +552,7 @@ class _Cells:
 
     def uri(self, x: int, y: int) -> bytes:
         """The OSC 8 URI of a cell, without controls; b"" if it has none."""
-        if not self._at(x, y):
-            return b""
-        n = ffi.new("size_t*")
-        if lib.ghostty_grid_ref_hyperlink_uri(self._ref, ffi.NULL, 0, n) \
-                not in (0, lib.GHOSTTY_OUT_OF_SPACE) or not n[0]:
-            return b""
-        buf = ffi.new("uint8_t[]", n[0])
-        if lib.ghostty_grid_ref_hyperlink_uri(self._ref, buf, n[0], n):
-            return b""
-        return _URI_CONTROLS.sub(b"", ffi.buffer(buf, n[0])[:])
+        return screen_cells.link_uri(self._t, x, y, self._pt, self._ref)
 
     def colour(self, x: int, y: int) -> Optional[bytes]:
         """The SGR 48 tail of a colour-only cell (``5;N`` or ``2;R;G;B``), else None."""

@@ -79,6 +79,11 @@ MODES = {
     "modify_other_keys": "xterm's modifyOtherKeys level (CSI > 4 ; N m), 0 off",
     "synchronized_output": "a synchronized update is open (?2026)",
 }
+# The mouse modes and encodings, by the name MODES gives them; the most specific one
+# wins when a program set several (as in xterm).
+MOUSE_MODES = ((1003, "any"), (1002, "button"), (1001, "highlight"), (1000, "normal"),
+               (9, "x10"))
+MOUSE_ENCODINGS = ((1016, "sgr_pixels"), (1006, "sgr"), (1015, "urxvt"), (1005, "utf8"))
 
 
 def _style_dict(style: Style) -> dict:

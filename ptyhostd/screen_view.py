@@ -7,6 +7,12 @@ corner (a status line drawn on row 50 of a 40-row terminal lands on row 40, over
 text).  Such a client is sent frames instead, rendered from the model, as tmux does:
 the top-left part of the session that fits its terminal, and past the session's right
 and bottom edges the unused area filled with ``FILL``.
+
+Any engine can be shown so; it provides ``cols``, ``rows``, ``alt``, ``view_buffer()``
+(the active screen's rows of ``screen_render.Cell``, by row number), ``private_modes()``
+(the DEC private modes set), ``keyboard_stack()`` (the shown screen's kitty keyboard
+flags), ``pen()`` (the cursor's attributes) and screen_json's ``read_cursor()`` and
+``read_modes()``.
 """
 
 from __future__ import annotations
@@ -27,15 +33,13 @@ def view(screen, cols: int, rows: int) -> bytes:
     send (cursor keys, keypad, mouse, bracketed paste, focus, keyboard protocol) are
     the session's, so that what the client types reaches the program as it expects.
     """
-    grid = screen._grid
-    width, height = grid.columns, grid.lines
+    width, height = screen.cols, screen.rows
     seen_cols, seen_rows = min(cols, width), min(rows, height)
-    primary, alternate = screen.buffers()
-    active = alternate if screen.alt else primary
     modes = screen.private_modes()
+    cursor = screen.read_cursor()
     out = ["\x1b[?2026h\x1b[?25l\x1b[0m\x1b]8;;\x1b\\\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7l",
            "\x1b[?1049h" if screen.alt else "\x1b[?1049l"]
-    paint_rows(out, _Clipped(active, seen_cols), seen_cols, seen_rows)
+    paint_rows(out, _Clipped(screen.view_buffer(), seen_cols), seen_cols, seen_rows)
     if cols > width:
         fill = FILL * (cols - width)
         for y in range(seen_rows):
@@ -46,16 +50,14 @@ def view(screen, cols: int, rows: int) -> bytes:
     out.extend(f"\x1b[?{mode}l" for mode in KNOWN_PRIVATE if mode not in modes)
     out.extend(f"\x1b[?{mode}h" for mode in sorted(modes)
                if mode in KNOWN_PRIVATE and mode != 6)  # origin: rows are absolute here
-    out.append("\x1b=" if screen.keypad else "\x1b>")
-    out.append(f"\x1b[{screen.cursor_style} q")
-    keys = screen.keyboard_stacks()[1 if screen.alt else 0]
-    out.append("\x1b[<99u" + "".join(f"\x1b[>{flags}u" for flags in keys))
-    x, y = min(grid.cursor.x, width - 1), grid.cursor.y
-    if x < seen_cols and y < seen_rows:
-        out.append(f"\x1b[{y + 1};{x + 1}H")
-        if 25 in modes:
+    out.append("\x1b=" if screen.read_modes()["application_keypad"] else "\x1b>")
+    out.append(f"\x1b[{cursor.style} q")
+    out.append("\x1b[<99u" + "".join(f"\x1b[>{flags}u" for flags in screen.keyboard_stack()))
+    if cursor.x < seen_cols and cursor.y < seen_rows:
+        out.append(f"\x1b[{cursor.y + 1};{cursor.x + 1}H")
+        if cursor.visible:
             out.append("\x1b[?25h")
-    out.append(sgr(grid.cursor.attrs[1:]))
+    out.append(sgr(screen.pen()))
     out.append("\x1b[?2026l")
     return "".join(out).encode("utf-8", "replace")
 

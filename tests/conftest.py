@@ -239,3 +239,19 @@ def host(request, systemd_required):
     env.remove_drop_ins()
     left = env.session_units()
     assert not left, f"session units left behind after stop: {left}"
+
+
+# The terminal engines a host can run its sessions' screens on (--screen-engine).
+ENGINES = ["ghostty", "pyte"]
+
+
+def use_engine(host, engine: str) -> None:
+    """Restart the host with ``engine`` as its sessions' terminal model."""
+    host.drop_in(f"[Service]\nEnvironment=CLOWDER_SCREEN_ENGINE={engine}\n")
+    pid = host.restart()
+
+    def said() -> bool:
+        return f"screen engine: {engine} (asked for)" in host.run(
+            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=screen-engine",
+             f"_PID={pid}"]).stdout.decode(errors="replace")
+    wait_for(said, 15, f"the host to log that it runs the {engine} engine")

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, wait_for
+from conftest import ENGINES, PYTHON, use_engine, wait_for
 from ctl.client import Client, RequestFailed
 from hostile import MiB, Memory
 import clowder_wire as P
@@ -156,19 +156,6 @@ def repaint_bytes(host, sid: str, timeout: float = ANSWER) -> int:
         return got
 
 
-def use_engine(host, engine: str) -> None:
-    """Restart the host with ``engine`` as its sessions' terminal model."""
-    host.drop_in(f"[Service]\nEnvironment=CLOWDER_SCREEN_ENGINE={engine}\n")
-    pid = host.restart()
-
-    def said() -> bool:
-        return f"screen engine: {engine} (asked for)" in host.run(
-            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=screen-engine",
-             f"_PID={pid}"]).stdout.decode(errors="replace")
-    wait_for(said, 15, f"the host to log that it runs the {engine} engine")
-
-
-ENGINES = ["ghostty", "pyte"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

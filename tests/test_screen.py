@@ -578,10 +578,12 @@ def test_underline_styles_survive_a_repaint():
     round_trip(screen)
 
 
-def test_json_snapshot_of_the_model():
+@engines
+def test_json_snapshot_of_the_model(engine):
     """The JSON snapshot in-process (tests/test_snapshot_json.py reads it through the
-    host): spans, styles, the cursor in a pending wrap."""
-    screen = fed("\x1b[1mab\x1b[0mc中\x1b[?2004h\x1b[1;20Hz".encode())
+    host): spans, styles, the cursor in a pending wrap; the same document from both
+    engines (ghostty's read from its own cells)."""
+    screen = fed("\x1b[1mab\x1b[0mc中\x1b[?2004h\x1b[1;20Hz".encode(), engine=engine)
     doc = json.loads(screen.snapshot("json"))
     assert doc["rows"][0] == [{"x": 0, "text": "ab", "style": 1},
                               {"x": 2, "text": "c", "style": 0},
@@ -622,10 +624,13 @@ def test_hyperlinks_survive_a_repaint():
     assert screen.state()["primary"][0][0].link == ""
 
 
-def test_view_for_a_terminal_of_another_size():
+@engines
+def test_view_for_a_terminal_of_another_size(engine):
     """screen_view: the top-left part that fits, dim dots past the session's edges, the
-    cursor shown only inside that part, a wide character cut by the edge left out."""
-    screen = fed("\x1b[?1h\x1b[?2004htop\x1b[2;4H中x\x1b[5;1Hlast".encode(), cols=10, rows=5)
+    cursor shown only inside that part, a wide character cut by the edge left out
+    (each engine from its own cells; what the frames show is read by pyte)."""
+    screen = fed("\x1b[?1h\x1b[?2004htop\x1b[2;4H中x\x1b[5;1Hlast".encode(), cols=10, rows=5,
+                 engine=engine)
     bigger = fed(screen.view(14, 7), cols=14, rows=7)
     assert lines(bigger) == ["top       ....", "   中x    ....", "          ....",
                              "          ....", "last      ....", "." * 14, "." * 14]

@@ -5,7 +5,8 @@ own top-left part of the session, with the area past the session's edges marked
 (ptyhostd/screen_view.py), never the owner's frame squashed into its corner.  Both
 clients are real ``clowderctl attach`` processes on ptys of their own (test_attach's
 ``Attach``); what each terminal shows is read by playing all it was sent into a
-terminal model of its size.
+terminal model of its size.  On both engines (``--screen-engine``): each renders the
+frames from its own cells.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import ENGINES, use_engine, wait_for
 from ptyhostd.screen import Screen
 import test_attach
 from test_attach import ready, shell
@@ -58,7 +59,9 @@ DRAW = (b"printf '\\033[H\\033[2J\\033[1;1HTOP\\055LEFT\\033[30;1HSTATUS\\055LIN
         b"\\033[10;90HRIGHT\\055EDGE\\033[3;1H'\r")
 
 
-def test_a_client_that_does_not_own_the_size_sees_its_own_top_left(host, attach):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_client_that_does_not_own_the_size_sees_its_own_top_left(host, attach, engine):
+    use_engine(host, engine)
     sid = shell(host, size="80x24")
     owner = attach(sid, cols=100, rows=30)
     ready(owner)
@@ -106,9 +109,11 @@ def test_a_client_that_does_not_own_the_size_sees_its_own_top_left(host, attach)
                             "the remaining client's screen, unmarked")
 
 
-def test_a_read_only_watcher_follows_its_own_terminal_size(host, attach):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_read_only_watcher_follows_its_own_terminal_size(host, attach, engine):
     """A watcher never resizes the session; its frames follow its terminal: marked past
     the session's edge, then the program's own bytes once it is the session's size."""
+    use_engine(host, engine)
     sid = shell(host, size="80x24")
     host.ctl("send", sid, "printf '\\033[H\\033[2JW\\055ONE\\033[24;1HW\\055BOTTOM\\033[2;1H'\r")
     wait_for(lambda: b"W-BOTTOM" in host.backlog(sid), 10, "the frame drawn")

@@ -2,14 +2,17 @@
 
 A session's program sets colours, attributes, the cursor and modes; the JSON snapshot
 read back says what it set (schema: docs/snapshot-json.md).  Both scopes, as every
-host test.
+host test, and both engines (``--screen-engine``): ghostty's snapshot is read from its
+own cells (ptyhostd/screen_cells.py), pyte's from its grid.
 """
 
 from __future__ import annotations
 
 import json
 
-from conftest import PYTHON, wait_for
+import pytest
+
+from conftest import ENGINES, PYTHON, use_engine, wait_for
 
 # What the program prints, as printf(1) arguments: one line per thing it sets.
 PROGRAM = "".join((
@@ -45,10 +48,13 @@ def row_text(doc: dict, y: int) -> str:
     return "".join(span["text"] for span in doc["rows"][y])
 
 
-def test_json_snapshot_reads_back_what_the_program_set(host):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_json_snapshot_reads_back_what_the_program_set(host, engine):
+    use_engine(host, engine)
     sid = host.spawn("sh", "-c", f"printf '{PROGRAM}'; exec sleep 100000", size="60x12")
     wait_for(lambda: b"alt-text" in host.backlog(sid), 10, "the program's output")
     doc = snapshot(host, sid)
+    assert doc["engine"] == engine
     assert doc["version"] == 1 and doc["size"] == {"cols": 60, "rows": 12}, doc
     assert doc["title"] == "json-title"
     # The alternate screen is shown: its text, the cursor after it, hidden.
@@ -77,11 +83,17 @@ def test_json_snapshot_reads_back_what_the_program_set(host):
     assert cell_at(doc, 20, 0) == ("d", {"underline": 2})
     assert cell_at(doc, 0, 1) == ("t", {"fg": "#010203", "bg": 17})
     assert cell_at(doc, 4, 1) == ("p", {"hidden": True})
-    # Wide cells are spans of their own, a flag one cell: what follows is where it was.
+    # Wide cells are spans of their own, with the model's width: what follows is where
+    # the model has it.  A flag is one cluster to pyte; ghostty (its grapheme clustering,
+    # mode 2027, off) keeps each of its two regional indicators as a wide cell, and its
+    # cursor agrees.
     wide = [span for span in doc["rows"][2] if "width" in span]
+    flag = [(8, "\U0001f1eb\U0001f1f7", 2)] if engine == "pyte" else \
+        [(8, "\U0001f1eb", 2), (10, "\U0001f1f7", 2)]
     assert [(s["x"], s["text"], s["width"]) for s in wide] == [
-        (5, "\u4e2d", 2), (8, "\U0001f1eb\U0001f1f7", 2)], doc["rows"][2]
-    assert cell_at(doc, 10, 2) == ("|", {})
+        (5, "\u4e2d", 2)] + flag, doc["rows"][2]
+    after = 10 if engine == "pyte" else 12
+    assert cell_at(doc, after, 2) == ("|", {})
     # Runs of equal style are merged: the row of plain text is one span, then the wides.
     assert doc["rows"][2][0] == {"x": 0, "text": "wide:", "style": 0}
     assert doc["styles"][0] == {}
