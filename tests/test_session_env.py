@@ -84,7 +84,7 @@ def assert_identity(env: dict, user: str, sid: str) -> None:
 def test_a_program_on_the_callers_path_runs_by_its_name(host):
     user = caller(host)
     bindir = install_prog(user)
-    env = user_env(host, user, f"{bindir}:/usr/local/bin:/usr/bin:/bin")
+    env = user_env(host, user, f"{bindir}:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     sid = ctl_as(host, user, env, "spawn", "--", "envprog").stdout.decode().strip()
     inside = session_env(host, sid, user=user)
     assert "PROG-RAN" in host.backlog(sid, user=user).decode()
@@ -100,7 +100,7 @@ def test_path_given_with_env_is_where_the_program_is_found(host):
     program up on its own path."""
     user = caller(host)
     bindir = install_prog(user)
-    env = user_env(host, user, "/usr/bin:/bin")
+    env = user_env(host, user, "/usr/sbin:/usr/bin:/sbin:/bin")
     proc = ctl_as(host, user, env, "spawn", "--", "envprog", check=False)
     assert proc.returncode == 2 and b"envprog: command not found on PATH" in proc.stderr, \
         proc.stderr
@@ -120,7 +120,8 @@ def test_env_of_the_scopes_own_session(host):
 
 def test_passed_variables_and_env_overrides(host):
     user = caller(host)
-    env = {**user_env(host, user, "/usr/bin:/bin"), "SSH_AUTH_SOCK": "/tmp/agent.sock",
+    env = {**user_env(host, user, "/usr/sbin:/usr/bin:/sbin:/bin"),
+           "SSH_AUTH_SOCK": "/tmp/agent.sock",
            "LC_TIME": "C", "COLORTERM": "truecolor", "TERM": "screen",
            "NOT_PASSED": "1", "DISPLAY": ":7"}
     sid = ctl_as(host, user, env, "spawn", "--env", "DISPLAY=:9", "--env", "EXTRA=x y",
