@@ -11,7 +11,6 @@ such as LD_PRELOAD changes only what the client could run anyway.
 
 from __future__ import annotations
 
-import os
 import pwd
 
 import clowder_wire as protocol
@@ -69,18 +68,12 @@ def search_path(argv0: str, env: dict[str, str]) -> list[str]:
     """The unit's ExecSearchPath= for a bare program name: the PATH sent, as systemd takes it.
 
     systemd looks ExecStart's bare name up on its own fixed path, not on the unit's
-    Environment=PATH (measured on 252: ``systemd-run -p Environment=PATH=/x prog``
-    fails with prog only in /x), which is why ``--env PATH=...`` did not find a program
-    before.  ExecSearchPath= (systemd 250)
-    is looked up in the session's process, after it became the session's user, so a
-    program the user could not run is refused there, as their shell would.  Entries
-    systemd would reject (relative, empty, not normalised) are left out, as a shell
-    ignores a directory that does not exist."""
+    Environment=PATH (measured on 252: before this, a Spawn with env PATH=/x of a program
+    only in /x failed with status 203; tests/test_session_env.py), which is why
+    ``--env PATH=...`` found nothing.  ExecSearchPath= (systemd 250) is looked up in the
+    session's process, after it became the session's user, so a program the user could
+    not run is refused there, as their shell would refuse it.  protocol.search_dirs says
+    which entries systemd takes."""
     if "/" in argv0 or "PATH" not in env:
         return []
-    out: list[str] = []
-    for d in env["PATH"].split(":"):
-        if os.path.isabs(d) and os.path.normpath(d) == d and "//" not in d \
-                and d.isprintable() and d not in out:
-            out.append(d)
-    return out
+    return protocol.search_dirs(env["PATH"])

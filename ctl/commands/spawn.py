@@ -63,16 +63,16 @@ def passed_env(environ, own: bool) -> dict[str, str]:
 def resolve(argv0: str, path: str | None, cwd: str) -> str:
     """``argv0`` as the caller's shell would find it on ``path``; raises LookupError.
 
-    A name found in an absolute directory is sent as it is: the host has systemd look it
-    up on the same PATH, as the session's user (ptyhostd/sessionenv.py), so ``ps``
-    shows the command as typed.  One found through a relative PATH entry (``.``, ``bin``)
-    is sent as an absolute path, since systemd takes only absolute directories."""
+    A name found in a directory the host searches too (protocol.search_dirs) is sent as
+    it is: the host has systemd look it up on the same PATH, as the session's user
+    (ptyhostd/sessionenv.py), so ``ps`` shows the command as typed.  One found through
+    another entry (``.``, ``bin``, ``/opt/../bin``) is sent as an absolute path."""
     if "/" in argv0 or path is None:
         return argv0
     for d in path.split(":"):
         found = shutil.which(argv0, path=os.path.join(cwd, d or "."))
         if found:
-            return argv0 if os.path.isabs(d) else os.path.abspath(found)
+            return argv0 if protocol.search_dirs(d) else os.path.abspath(found)
     raise LookupError(f"{argv0}: command not found on PATH ({path})")
 
 
