@@ -16,8 +16,8 @@ from .handshake import (
     refuse_hello, Hello, Welcome, Error,
 )
 from .host import (
-    AGENT_PREFIX, HOST_SET_ENV, search_dirs, SESSION_FIELDS, MAX_COLS, MAX_ROWS, MAX_CELLS, fit_size,
-    encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill, Attach, Input,
+    AGENT_PREFIX, HOST_SET_ENV, search_dirs, SESSION_FIELDS, MAX_COLS, MAX_ROWS, MAX_CELLS,
+    fit_size, encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill, Attach, Input,
     Resize, Detach, Remove, UpgradeCheck, GetSnapshot, GetHistory, Ok, SessionInfo,
     SessionList, Output, Exited, Attached, CheckReport, SnapshotData, InputAck,
 )
@@ -41,9 +41,9 @@ __all__ = [
     "PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
     "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
     "decode", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
-    "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS", "MAX_ROWS", "MAX_CELLS",
-    "fit_size", "encode_output", "Spawn", "ListSessions", "Send", "GetBacklog", "Wait",
-    "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck",
+    "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
+    "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions", "Send",
+    "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck",
     "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
     "Attached", "CheckReport", "SnapshotData", "InputAck", "AgentUp", "AgentDown",
     "AgentRestart", "GetStatus", "AgentInfo", "StatusReport", "STREAM_WINDOW",

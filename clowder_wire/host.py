@@ -14,7 +14,6 @@ from .frame import HEADER, JSON_LEN, Message, register
 AGENT_PREFIX = "agent:"
 
 
-
 def search_dirs(path: str) -> list[str]:
     """The directories of a PATH the host has a bare program name looked up in.
 
@@ -49,9 +48,9 @@ SESSION_FIELDS = (
 MAX_COLS = MAX_ROWS = 1000
 MAX_CELLS = 250_000
 
-__all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS", "MAX_ROWS", "MAX_CELLS",
-           "fit_size", "encode_output", "Spawn", "ListSessions", "Send", "GetBacklog",
-           "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck",
+__all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
+           "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions",
+           "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck",
            "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output",
            "Exited", "Attached", "CheckReport", "SnapshotData", "InputAck"]
 
