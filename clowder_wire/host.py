@@ -48,11 +48,11 @@ SESSION_FIELDS = (
 MAX_COLS = MAX_ROWS = 1000
 MAX_CELLS = 250_000
 
-__all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
-           "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions",
-           "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
-           "Remove", "UpgradeCheck", "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output",
-           "Exited", "Attached", "CheckReport", "SnapshotData", "InputAck"]
+__all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS", "MAX_ROWS",
+           "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions", "Send", "GetBacklog",
+           "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck",
+           "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
+           "Attached", "CheckReport", "SnapshotData", "InputAck"]
 
 
 @register
