@@ -109,6 +109,16 @@ def test_path_given_with_env_is_where_the_program_is_found(host):
     assert session_env(host, sid, user=user)["PATH"] == f"{bindir}:/usr/bin:/bin"
 
 
+def test_a_relative_path_is_from_the_sessions_directory(host):
+    user = caller(host)
+    bindir = install_prog(user)
+    env = user_env(host, user, "/usr/sbin:/usr/bin:/sbin:/bin")
+    sid = ctl_as(host, user, env, "spawn", "--cwd", os.path.dirname(bindir), "--",
+                 "bin/envprog").stdout.decode().strip()
+    assert_identity(session_env(host, sid, user=user), user, sid)
+    assert host.ps(user=user)[sid]["argv"] == [f"{bindir}/envprog"]
+
+
 def test_env_of_the_scopes_own_session(host):
     """Root's session (system units) and the user's (user units) have their identity."""
     who = host.run_user or "root"

@@ -66,8 +66,12 @@ def resolve(argv0: str, path: str | None, cwd: str) -> str:
     A name found in a directory the host searches too (protocol.search_dirs) is sent as
     it is: the host has systemd look it up on the same PATH, as the session's user
     (ptyhostd/sessionenv.py), so ``ps`` shows the command as typed.  One found through
-    another entry (``.``, ``bin``, ``/opt/../bin``) is sent as an absolute path."""
-    if "/" in argv0 or path is None:
+    another entry (``.``, ``bin``, ``/opt/../bin``) is sent as an absolute path, and so
+    is a relative path (``./run.sh``: from ``cwd``, the session's directory, as after a
+    ``cd`` there; systemd takes only an absolute path or a bare name)."""
+    if "/" in argv0:  # "." parts dropped; ".." kept, for the kernel to resolve
+        return "/".join(p for p in os.path.join(cwd, argv0).split("/") if p != ".")
+    if path is None:
         return argv0
     for d in path.split(":"):
         found = shutil.which(argv0, path=os.path.join(cwd, d or "."))
