@@ -16,10 +16,10 @@ from .handshake import (
     refuse_hello, Hello, Welcome, Error,
 )
 from .host import (
-    AGENT_PREFIX, SESSION_FIELDS, MAX_COLS, MAX_ROWS, MAX_CELLS, fit_size,
-    encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill, Attach, Input,
-    Resize, Detach, Remove, UpgradeCheck, HandOff, GetSnapshot, GetHistory, Ok,
-    SessionInfo, SessionList, Output, Exited, Attached, CheckReport, SnapshotData,
+    AGENT_PREFIX, HOST_SET_ENV, search_dirs, SESSION_FIELDS, MAX_COLS, MAX_ROWS,
+    MAX_CELLS, fit_size, encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill,
+    Attach, Input, Resize, Detach, Remove, UpgradeCheck, HandOff, GetSnapshot, GetHistory,
+    Ok, SessionInfo, SessionList, Output, Exited, Attached, CheckReport, SnapshotData,
     InputAck,
 )
 from .control import (
@@ -42,9 +42,10 @@ __all__ = [
     "PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
     "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
     "decode", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
-    "Error", "AGENT_PREFIX", "SESSION_FIELDS", "MAX_COLS", "MAX_ROWS", "MAX_CELLS",
-    "fit_size", "encode_output", "Spawn", "ListSessions", "Send", "GetBacklog", "Wait",
-    "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck", "HandOff",
+    "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
+    "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions", "Send",
+    "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove",
+    "UpgradeCheck", "HandOff",
     "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
     "Attached", "CheckReport", "SnapshotData", "InputAck", "AgentUp", "AgentDown",
     "AgentRestart", "GetStatus", "AgentInfo", "StatusReport", "STREAM_WINDOW",

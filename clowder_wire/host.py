@@ -13,6 +13,29 @@ from .frame import HEADER, JSON_LEN, Message, register
 # ``agent:NAME/SHELL``): the host takes them only from clowder-control (ptyhostd/peer.py).
 AGENT_PREFIX = "agent:"
 
+
+def search_dirs(path: str) -> list[str]:
+    """The directories of a PATH the host has a bare program name looked up in.
+
+    systemd's ExecSearchPath= takes only absolute, normalised directories: repeated and
+    trailing slashes are dropped here (the same directory), entries that are relative
+    or hold ``.`` or ``..`` are left out (clowderctl sends a program found through one as
+    an absolute path), as are unprintable ones (no directory a shell would find)."""
+    out: list[str] = []
+    for d in path.split(":"):
+        parts = [p for p in d.split("/") if p]
+        if not d.startswith("/") or "." in parts or ".." in parts or not d.isprintable():
+            continue
+        d = "/" + "/".join(parts)
+        if d not in out:
+            out.append(d)
+    return out
+
+
+# Variables the host sets in every session, from the passwd entry of the session's user
+# and its own table (ptyhostd/sessionenv.py): a Spawn whose env names one is refused.
+HOST_SET_ENV = ("HOME", "USER", "LOGNAME", "SHELL", "CLOWDER_SESSION", "CLOWDER_AGENT")
+
 SESSION_FIELDS = (
     "id", "name", "pid", "unit", "state", "exit_code", "signal", "cols", "rows",
     "created", "uid", "cwd", "argv",
@@ -25,16 +48,21 @@ SESSION_FIELDS = (
 MAX_COLS = MAX_ROWS = 1000
 MAX_CELLS = 250_000
 
-__all__ = ["AGENT_PREFIX", "SESSION_FIELDS", "MAX_COLS", "MAX_ROWS", "MAX_CELLS",
-           "fit_size", "encode_output", "Spawn", "ListSessions", "Send", "GetBacklog",
-           "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "UpgradeCheck", "HandOff",
-           "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output",
-           "Exited", "Attached", "CheckReport", "SnapshotData", "InputAck"]
+__all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
+           "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions",
+           "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
+           "Remove", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory", "Ok",
+           "SessionInfo", "SessionList", "Output", "Exited", "Attached", "CheckReport",
+           "SnapshotData", "InputAck"]
 
 
 @register
 class Spawn(Message):
-    """Start a program on a new pty as its own systemd unit. -> SessionInfo."""
+    """Start a program on a new pty as its own systemd unit. -> SessionInfo.
+
+    ``env`` is what the caller passes (clowderctl: a fixed list of its own variables, its
+    PATH, --env); the host adds HOST_SET_ENV, and looks a bare ``argv[0]`` up on
+    ``env["PATH"]`` as the session's user."""
 
     KIND = 200
     argv: list

@@ -15,7 +15,9 @@ are required)::
         command: claude         # a string (split like a shell does, by shlex) or a list
         resume: claude --continue   # same forms; used instead of command when re-spawning
         cwd: /home/me/src/api   # absolute; existence is checked only by check_paths()
-        env: {PORT: 8080}       # names [A-Za-z_][A-Za-z0-9_]*; numbers kept as written
+        env: {PORT: 8080}       # names [A-Za-z_][A-Za-z0-9_]*; numbers kept as written;
+                                # not HOME, USER, LOGNAME, SHELL, CLOWDER_*: the host's;
+                                # PATH is also where command is looked up
         size: 120x40            # COLSxROWS, each 1..10000
         shells:
           - name: build         # same pattern, unique within the agent
@@ -53,7 +55,7 @@ from dataclasses import dataclass
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from clowder_wire.host import MAX_CELLS, MAX_COLS
+from clowder_wire.host import HOST_SET_ENV, MAX_CELLS, MAX_COLS
 
 SYSTEM_PATH = "/etc/clowder/clowder.yaml"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -428,6 +430,10 @@ class _Checker:
         for key, vnode in m.items():
             if not ENV_NAME_RE.fullmatch(key):
                 self.error(vnode, keypath, f"invalid environment variable name {key!r}")
+            elif key in HOST_SET_ENV:
+                self.error(vnode, keypath, f"{key} is set in every session by clowder "
+                           f"(from the passwd entry of its user, or the session itself) "
+                           f"and cannot be given")
             env[key] = self.text(vnode, _join(keypath, key), "a string or a number", True)
         return env
 

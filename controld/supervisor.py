@@ -38,6 +38,17 @@ def session_name(agent: str, shell: Optional[str] = None) -> str:
     return f"{PREFIX}{agent}" + (f"/{shell}" if shell else "")
 
 
+def agent_base_env(environ) -> dict[str, str]:
+    """What an agent's sessions take before its YAML env: a terminal type, and this
+    daemon's PATH (systemd's, or the user manager's environment) so that the command is
+    looked up where a PATH set with ``systemctl --user set-environment`` says.  The host
+    adds HOME, USER, LOGNAME, SHELL, CLOWDER_SESSION and CLOWDER_AGENT."""
+    env = {"TERM": "xterm-256color"}
+    if environ.get("PATH"):
+        env["PATH"] = environ["PATH"]
+    return env
+
+
 def describe_exit(info: dict) -> str:
     if info.get("signal") is not None:
         try:
@@ -304,7 +315,7 @@ class Supervisor:
             argv = list(spec.resume if resume and spec.resume else spec.command)
             cwd = spec.cwd
         cols, rows = spec.size or (120, 40)
-        env = {"TERM": "xterm-256color", **spec.env}
+        env = {**agent_base_env(os.environ), **spec.env}
         try:
             reply = await self.host.request(protocol.Spawn(
                 argv=argv, name=session_name(spec.name, role or None), cwd=cwd, env=env,

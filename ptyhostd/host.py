@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import clowder_wire as protocol
 from clowder_common import fdlimit, sdnotify
 
-from . import fdstore, handoff, inputseq, peer, pty
+from . import fdstore, handoff, inputseq, peer, pty, sessionenv
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import Manifest
 from .pidwatch import PidWatch
@@ -158,7 +158,10 @@ class Host(Adoption):
         Nothing starts that could not be kept: a session the FD store has no room for
         would be lost at the next crash (systemd closes what is parked past its max)."""
         argv = _check_argv(req.argv)
-        env = _check_env(req.env)
+        try:
+            env = sessionenv.check(req.env)
+        except sessionenv.EnvError as exc:
+            raise RequestError(str(exc), "bad-request") from None
         if not pty.valid_size(req.cols, req.rows):
             raise RequestError(pty.size_problem(req.cols, req.rows), "bad-request")
         if req.cwd is not None and not os.path.isabs(req.cwd):
@@ -229,8 +232,11 @@ class Host(Adoption):
         s.start_reading(self.loop)
         try:
             result = await self.manager.start_session(
-                s.unit, argv, tty, req.cwd, env, user,
-                _printable(f"clowder session {name}: {' '.join(argv)}")[:200])
+                s.unit, argv, tty, req.cwd,
+                sessionenv.assignments(env, uid, sid,
+                                       sessionenv.agent_of(name) if by_control else None),
+                user, _printable(f"clowder session {name}: {' '.join(argv)}")[:200],
+                search_path=sessionenv.search_path(argv[0], env))
             state = await self.manager.unit_state(s.unit)
         except Exception as exc:  # whatever failed, the session must not stay starting
             await self._discard(s, f"start failed: {exc}")
@@ -590,16 +596,6 @@ def _check_argv(argv) -> list[str]:
         raise RequestError("a command is needed (non-empty strings without NUL)",
                            "bad-request")
     return list(argv)
-
-
-def _check_env(env) -> list[str]:
-    out = []
-    for k, v in env.items():
-        if not isinstance(k, str) or not isinstance(v, str) or not k or "=" in k \
-                or "\0" in k or "\0" in v or not (k[0].isalpha() or k[0] == "_"):
-            raise RequestError(f"invalid environment variable {k!r}", "bad-request")
-        out.append(f"{k}={v}")
-    return out
 
 
 # Unicode categories a name may not hold: controls (C0, DEL, C1), format characters

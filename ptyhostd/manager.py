@@ -320,8 +320,12 @@ class Manager:
         return job_path if job_id else ""
 
     async def start_session(self, unit: str, argv: list[str], tty: str, cwd: str | None,
-                            env: list[str], user: str | None, description: str) -> str:
+                            env: list[str], user: str | None, description: str,
+                            search_path: list[str] = ()) -> str:
         """Start ``argv`` as transient service ``unit`` on terminal ``tty``; the job result.
+
+        ``search_path``: where a bare ``argv[0]`` is looked for (ExecSearchPath=), else
+        systemd's own fixed path.
 
         ``RemainAfterExit`` keeps the unit, and so its exit status, until we stop it:
         that is how an exit is still known after the host was down when it happened.
@@ -347,6 +351,8 @@ class Manager:
         ]
         if cwd:
             props.append(("WorkingDirectory", ("s", cwd)))
+        if search_path:
+            props.append(("ExecSearchPath", ("as", list(search_path))))
         if user is not None:
             props.append(("User", ("s", user)))
         for _attempt in range(3):

@@ -255,6 +255,9 @@ def test_to_dict_is_plain_json():
     (agent("env: [A]"), "clowder.yaml:5: agents[0].env: expected a mapping, got a list"),
     (agent("env: {1A: x}"),
      "clowder.yaml:5: agents[0].env: invalid environment variable name '1A'"),
+    (agent("env: {HOME: /tmp}"),
+     "clowder.yaml:5: agents[0].env: HOME is set in every session by clowder (from the "
+     "passwd entry of its user, or the session itself) and cannot be given"),
     (agent("env: {A: yes}"),
      "clowder.yaml:5: agents[0].env.A: expected a string or a number, got boolean 'yes' "
      "(quote it to make it a string)"),

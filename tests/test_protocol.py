@@ -175,3 +175,10 @@ def test_fuzz_wellformed_frames_with_hostile_fields(kind, obj, tail):
     for name, typ, optional, _ in P.fields_of(type(msg)):
         value = getattr(msg, name)
         assert isinstance(value, typ) or (optional and value is None)
+
+
+def test_search_dirs_are_what_systemd_takes():
+    """A Spawn's PATH as ExecSearchPath=: absolute and normalised, each once."""
+    path = "/usr/bin/://usr//local/bin:.:bin::/a/../b:/x/./y:/usr/bin:/ok\nUser=root:/"
+    assert P.search_dirs(path) == ["/usr/bin", "/usr/local/bin", "/"]
+    assert P.search_dirs("") == []

@@ -314,6 +314,12 @@ def _history(args) -> bytes:
 
 
 def run(args) -> int:
+    # Inside a session, attaching to itself would feed its output back in as input.
+    if not args.agent and args.session == os.environ.get("CLOWDER_SESSION"):
+        print(f"clowderctl attach: this terminal is session {args.session} itself: "
+              f"attaching to it from inside would feed its output back into it; attach "
+              f"from another terminal", file=sys.stderr)
+        return 2
     try:
         key = parse_key(args.detach_key)
     except ValueError as exc:

@@ -2,6 +2,8 @@
 
 import os
 import re
+import shutil
+import sys
 
 import clowder_wire as protocol
 from clowder_wire.host import fit_size
@@ -9,8 +11,21 @@ from clowder_wire.host import fit_size
 from ..client import Client
 from ..transport import Remote
 
-# What a session inherits from the spawning terminal unless --env says otherwise.
-PASSED_ENV = ("TERM", "LANG", "LC_ALL", "LC_CTYPE", "COLORTERM")
+# What a session takes from the caller's environment, as tmux's update-environment
+# (README, "A session's environment"); --env wins over each.  The host adds HOME, USER,
+# LOGNAME and SHELL of the session's user and CLOWDER_SESSION itself, never from here.
+# The terminal and the locale go to every session: they describe the caller's terminal,
+# which is where the session is first seen.
+TERMINAL_ENV = ("TERM", "COLORTERM", "LANG", "LANGUAGE", "TZ")
+TERMINAL_PREFIXES = ("LC_",)
+# The caller's login: how to reach their ssh agent, display and runtime directory, and
+# the PATH their shell would look the program up on.  These name this machine and this
+# user, so they go only to a session of the caller's own on this machine (not with
+# --user, where they would be root's, nor with --host).
+LOGIN_ENV = ("PATH", "SSH_AUTH_SOCK", "SSH_AGENT_PID", "SSH_ASKPASS", "SSH_CONNECTION",
+             "KRB5CCNAME", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "WINDOWID",
+             "XDG_RUNTIME_DIR")
+PASSED_ENV = TERMINAL_ENV + LOGIN_ENV
 
 
 def add_parser(sub):
@@ -35,9 +50,39 @@ def parse_size(text: str) -> tuple[int, int]:
     return int(m[1]), int(m[2])
 
 
-def run(args) -> int:
-    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+def passed_env(environ, own: bool) -> dict[str, str]:
+    """The caller's variables a session takes; ``own``: a session of the caller's own
+    on this machine, which also gets LOGIN_ENV."""
+    names = TERMINAL_ENV + (LOGIN_ENV if own else ())
+    env = {k: v for k, v in environ.items()
+           if k in names or k.startswith(TERMINAL_PREFIXES)}
     env.setdefault("TERM", "xterm-256color")
+    return env
+
+
+def resolve(argv0: str, path: str | None, cwd: str) -> str:
+    """``argv0`` as the caller's shell would find it on ``path``; raises LookupError.
+
+    A name found in a directory the host searches too (protocol.search_dirs) is sent as
+    it is: the host has systemd look it up on the same PATH, as the session's user
+    (ptyhostd/sessionenv.py), so ``ps`` shows the command as typed.  One found through
+    another entry (``.``, ``bin``, ``/opt/../bin``) is sent as an absolute path, and so
+    is a relative path (``./run.sh``: from ``cwd``, the session's directory, as after a
+    ``cd`` there; systemd takes only an absolute path or a bare name)."""
+    if "/" in argv0:  # "." parts dropped; ".." kept, for the kernel to resolve
+        return "/".join(p for p in os.path.join(cwd, argv0).split("/") if p != ".")
+    if path is None:
+        return argv0
+    for d in path.split(":"):
+        found = shutil.which(argv0, path=os.path.join(cwd, d or "."))
+        if found:
+            return argv0 if protocol.search_dirs(d) else os.path.abspath(found)
+    raise LookupError(f"{argv0}: command not found on PATH ({path})")
+
+
+def run(args) -> int:
+    remote = isinstance(args.socket, Remote)
+    env = passed_env(os.environ, own=not remote and args.user is None)
     for item in args.env:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -53,15 +98,22 @@ def run(args) -> int:
             cols, rows = fit_size(*os.get_terminal_size(0))
         except OSError:
             cols, rows = 80, 24
-    if isinstance(args.socket, Remote):
+    argv = list(args.argv)
+    if remote:
         # This machine's directories mean nothing there: the remote default applies.
         if args.cwd and not os.path.isabs(args.cwd):
             args.parser.error(f"--cwd must be absolute with --host, got {args.cwd!r}")
         cwd = args.cwd
     else:
         cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+        if args.user is None:
+            try:
+                argv[0] = resolve(argv[0], env.get("PATH"), cwd)
+            except LookupError as exc:
+                print(f"clowderctl spawn: {exc}", file=sys.stderr)
+                return 2
     with Client(args.socket) as c:
-        info = c.request(protocol.Spawn(argv=args.argv, name=args.name, cwd=cwd, env=env,
+        info = c.request(protocol.Spawn(argv=argv, name=args.name, cwd=cwd, env=env,
                                         cols=cols, rows=rows, user=args.user),
                          protocol.SessionInfo).session
     if args.json:
