@@ -38,6 +38,14 @@ grep -q "^version = \"$version\"" "$src/pyproject.toml" || { echo "build.sh: cou
 case "$kind" in
 deb)
 	cp -r "$src/packaging/debian" "$src/debian"
+	# clowder-ghostty is built where dpkg builds amd64 packages, from the pinned wheel.
+	ghostty=
+	if [ "$(dpkg-architecture -qDEB_HOST_ARCH)" = amd64 ]; then
+		wheel=$(sh packaging/ghostty-wheel.sh) || { echo "build.sh: no pyghostty wheel for clowder-ghostty (above)" >&2; exit 1; }
+		mkdir "$src/ghostty-wheel"
+		cp "$wheel" "$src/ghostty-wheel/"
+		ghostty=clowder-ghostty_${version}_amd64.deb
+	fi
 	top=$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)
 	if [ "$top" != "$version" ]; then
 		{
@@ -55,8 +63,10 @@ deb)
 		echo "build.sh: dpkg-buildpackage failed (log above)" >&2
 		exit 1
 	}
-	cp "$work/clowder_${version}_all.deb" "$dist/"
-	echo "$dist/clowder_${version}_all.deb"
+	for deb in clowder_${version}_all.deb $ghostty; do
+		cp "$work/$deb" "$dist/"
+		echo "$dist/$deb"
+	done
 	;;
 rpm)
 	mkdir -p "$work/rpmbuild/SOURCES"
