@@ -79,7 +79,19 @@ rpm)
 		echo "build.sh: rpmbuild failed (log above)" >&2
 		exit 1
 	}
-	for f in "$work"/rpmbuild/RPMS/noarch/clowder-"$version"-*.noarch.rpm; do
+	# clowder-ghostty (x86_64 whatever this machine is: the wheel is x86_64's).
+	wheel=$(sh packaging/ghostty-wheel.sh) || { echo "build.sh: no pyghostty wheel for clowder-ghostty (above)" >&2; exit 1; }
+	cp "$wheel" "$work/rpmbuild/SOURCES/"
+	cp "$src/packaging/debian/copyright" "$work/rpmbuild/SOURCES/clowder-ghostty.copyright"
+	rpmbuild -bb --nodeps --target x86_64 --define "_topdir $work/rpmbuild" \
+		--define "clowder_version $version" \
+		"$src/packaging/rpm/clowder-ghostty.spec" > "$work/build-ghostty.log" 2>&1 || {
+		tail -n 60 "$work/build-ghostty.log" >&2
+		echo "build.sh: rpmbuild of clowder-ghostty failed (log above)" >&2
+		exit 1
+	}
+	for f in "$work"/rpmbuild/RPMS/noarch/clowder-"$version"-*.noarch.rpm \
+	         "$work"/rpmbuild/RPMS/x86_64/clowder-ghostty-"$version"-*.x86_64.rpm; do
 		cp "$f" "$dist/"
 		echo "$dist/$(basename "$f")"
 	done
