@@ -87,7 +87,7 @@ def choose(name: Optional[str] = None) -> str:
         name, cause = "ghostty", "the default: pyghostty is installed" + \
             (f" in {where}" if where else "")
     else:  # pyghostty is optional (Debian does not package it; clowder-ghostty does)
-        name, cause = "pyte", "pyghostty is not installed (the clowder-ghostty package has it)"
+        name, cause = "pyte", "pyghostty is not installed: the clowder-ghostty package has it"
     if chosen != name:
         log.info("screen engine: %s (%s)", name, cause,
                  extra={"CLOWDER_CAUSE": "screen-engine", "CLOWDER_ENGINE": name})
