@@ -37,7 +37,7 @@ if ! verified; then
 	trap 'rm -f "$req"' EXIT INT TERM
 	echo "pyghostty==$PYGHOSTTY_VERSION --hash=sha256:$PYGHOSTTY_SHA256" > "$req"
 	# The x86_64 wheel whatever this machine is (py3-none: any Python 3.10+).
-	/usr/bin/python3 -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
+	/usr/bin/python3 -m pip download --quiet --retries 1 --no-deps --require-hashes --only-binary=:all: \
 		--platform manylinux_2_28_x86_64 --dest "$cache" -r "$req" >&2 || true
 	if ! verified; then
 		echo "ghostty-wheel.sh: the pyghostty $PYGHOSTTY_VERSION wheel (sha256 $PYGHOSTTY_SHA256) is not in $cache and could not be downloaded from PyPI." >&2

@@ -533,6 +533,28 @@ def test_rpm_scriptlets_never_restart_the_host(rpm):
 # --- the packaging sources --------------------------------------------------------------
 
 
+def test_a_missing_or_altered_ghostty_wheel_is_a_clear_error(tmp_path):
+    """packaging/ghostty-wheel.sh with no index to download from: a cached file that is
+    not the pinned wheel is removed, and the error says what is missing and where."""
+    with open(os.path.join(ROOT, "packaging", "ghostty-wheel.sh")) as f:
+        script = f.read()
+    version = re.search(r"^PYGHOSTTY_VERSION=(\S+)$", script, re.M)[1]
+    name = re.search(r"^PYGHOSTTY_WHEEL=(\S+)$", script, re.M)[1].replace(
+        "$PYGHOSTTY_VERSION", version)
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        assert f'"pyghostty=={version}"' in f.read(), \
+            "packaging/ghostty-wheel.sh must pin the pyghostty of pyproject.toml"
+    (tmp_path / name).write_bytes(b"not the wheel")
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": str(tmp_path),
+           "CLOWDER_WHEELS": str(tmp_path), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
+    proc = run(["sh", os.path.join(ROOT, "packaging", "ghostty-wheel.sh")], check=False,
+               cwd=ROOT, env=env)
+    assert proc.returncode == 1, proc
+    assert "is not the pinned wheel" in proc.stderr and not (tmp_path / name).exists()
+    assert f"the pyghostty {version} wheel (sha256 " in proc.stderr, proc.stderr
+    assert f"is not in {tmp_path} and could not be downloaded" in proc.stderr, proc.stderr
+
+
 def test_packaged_versions_follow_pyproject():
     with open(os.path.join(ROOT, "packaging", "debian", "changelog")) as f:
         assert re.match(rf"clowder \({re.escape(N)}\) ", f.readline()), \
