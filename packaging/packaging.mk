@@ -27,7 +27,10 @@ pkg-deps:
 	fi
 
 # The pinned pyghostty wheel clowder-ghostty ships, into the wheel cache (downloaded
-# once; packaging/ghostty-wheel.sh says from where and how it is checked).
+# once; packaging/ghostty-wheel.sh says from where and how it is checked).  A CLOWDER_*
+# make variable, so `make test` hands the same cache to the instance's builds.
+CLOWDER_WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/clowder/wheels
+export CLOWDER_WHEELS
 ghostty-wheel:
 	@sh packaging/ghostty-wheel.sh >/dev/null
 

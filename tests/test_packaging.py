@@ -61,7 +61,10 @@ def build(kind: str, version: str, out: str) -> list[str]:
                         path=PATH):
         pytest.fail(f"the {kind} build tools are missing: run `make pkg-deps` before the "
                     f"instance boots, or set {PREBUILT}=DIR with prebuilt .debs")
-    proc = run(["sh", BUILD, kind, version, out], cwd=ROOT, check=False)
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root"}
+    if os.environ.get("CLOWDER_WHEELS"):  # the cache `make ghostty-wheel` filled
+        env["CLOWDER_WHEELS"] = os.environ["CLOWDER_WHEELS"]
+    proc = run(["sh", BUILD, kind, version, out], cwd=ROOT, check=False, env=env)
     if proc.returncode != 0:
         pytest.fail(f"building the {kind} of {version} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc.stdout.strip().splitlines()
