@@ -1,15 +1,16 @@
 """The packages (packaging/): the .deb installs into the running systemd, upgrades from
 version N to N+1 while sessions run without touching them, and is removed cleanly; the
-.rpm builds, and its scriptlets never restart the PTY host.
+.rpm builds, and its scriptlets never restart the PTY host.  With clowder-ghostty the
+installed host runs the ghostty engine; without it, pyte, and it says why.
 
 The packages are built here, inside the test instance, from a temporary copy of the
 tree (packaging/build.sh; `make pkg-deps ghostty-wheel`, run by `make test`, puts the
 tools and the pinned pyghostty wheel on / before the instance boots).
 CLOWDER_TEST_DEBS=DIR uses two prebuilt clowder_*_all.deb from DIR instead, and the
-clowder-ghostty_*.deb of the older one if DIR has it.  The .deb test does its own set-up and tear-down (not the ``host`` fixture):
-it sets aside what other tests installed (units in /etc/systemd/system, the control
+clowder-ghostty_*.deb of the older one if DIR has it.  The .deb tests do their own
+set-up and tear-down (not the ``host`` fixture): they set aside what other tests installed (units in /etc/systemd/system, the control
 daemon's state and configuration, Docker's policy-rc.d, which forbids starting
-services), and puts it all back after purging the package.
+services), and put it all back after purging the packages.
 """
 
 from __future__ import annotations
