@@ -8,9 +8,10 @@ tree (packaging/build.sh; `make pkg-deps ghostty-wheel`, run by `make test`, put
 tools and the pinned pyghostty wheel on / before the instance boots).
 CLOWDER_TEST_DEBS=DIR uses two prebuilt clowder_*_all.deb from DIR instead, and the
 clowder-ghostty_*.deb of the older one if DIR has it.  The .deb tests do their own
-set-up and tear-down (not the ``host`` fixture): they set aside what other tests installed (units in /etc/systemd/system, the control
-daemon's state and configuration, Docker's policy-rc.d, which forbids starting
-services), and put it all back after purging the packages.
+set-up and tear-down (not the ``host`` fixture): they set aside what other tests
+installed (units in /etc/systemd/system, the control daemon's state and configuration,
+Docker's policy-rc.d, which forbids starting services), and put it all back after
+purging the packages.
 """
 
 from __future__ import annotations
