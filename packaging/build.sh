@@ -38,6 +38,14 @@ grep -q "^version = \"$version\"" "$src/pyproject.toml" || { echo "build.sh: cou
 case "$kind" in
 deb)
 	cp -r "$src/packaging/debian" "$src/debian"
+	# clowder-ghostty is built where dpkg builds amd64 packages, from the pinned wheel.
+	ghostty=
+	if [ "$(dpkg-architecture -qDEB_HOST_ARCH)" = amd64 ]; then
+		wheel=$(sh packaging/ghostty-wheel.sh) || { echo "build.sh: no pyghostty wheel for clowder-ghostty (above)" >&2; exit 1; }
+		mkdir "$src/ghostty-wheel"
+		cp "$wheel" "$src/ghostty-wheel/"
+		ghostty=clowder-ghostty_${version}_amd64.deb
+	fi
 	top=$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)
 	if [ "$top" != "$version" ]; then
 		{
@@ -55,8 +63,10 @@ deb)
 		echo "build.sh: dpkg-buildpackage failed (log above)" >&2
 		exit 1
 	}
-	cp "$work/clowder_${version}_all.deb" "$dist/"
-	echo "$dist/clowder_${version}_all.deb"
+	for deb in clowder_${version}_all.deb $ghostty; do
+		cp "$work/$deb" "$dist/"
+		echo "$dist/$deb"
+	done
 	;;
 rpm)
 	mkdir -p "$work/rpmbuild/SOURCES"
@@ -69,7 +79,19 @@ rpm)
 		echo "build.sh: rpmbuild failed (log above)" >&2
 		exit 1
 	}
-	for f in "$work"/rpmbuild/RPMS/noarch/clowder-"$version"-*.noarch.rpm; do
+	# clowder-ghostty (x86_64 whatever this machine is: the wheel is x86_64's).
+	wheel=$(sh packaging/ghostty-wheel.sh) || { echo "build.sh: no pyghostty wheel for clowder-ghostty (above)" >&2; exit 1; }
+	cp "$wheel" "$work/rpmbuild/SOURCES/"
+	cp "$src/packaging/debian/copyright" "$work/rpmbuild/SOURCES/clowder-ghostty.copyright"
+	rpmbuild -bb --nodeps --target x86_64 --define "_topdir $work/rpmbuild" \
+		--define "clowder_version $version" \
+		"$src/packaging/rpm/clowder-ghostty.spec" > "$work/build-ghostty.log" 2>&1 || {
+		tail -n 60 "$work/build-ghostty.log" >&2
+		echo "build.sh: rpmbuild of clowder-ghostty failed (log above)" >&2
+		exit 1
+	}
+	for f in "$work"/rpmbuild/RPMS/noarch/clowder-"$version"-*.noarch.rpm \
+	         "$work"/rpmbuild/RPMS/x86_64/clowder-ghostty-"$version"-*.x86_64.rpm; do
 		cp "$f" "$dist/"
 		echo "$dist/$(basename "$f")"
 	done

@@ -14,9 +14,9 @@ DIST    ?= dist
 # sees / as it was at boot and cannot download anything).
 PKG_BUILD_DEPS := debhelper dh-python pybuild-plugin-pyproject python3-all \
 	python3-setuptools python3-wheel rpm
-PKG_RUNTIME_DEPS := python3-systemd python3-jeepney python3-yaml python3-pyte
+PKG_RUNTIME_DEPS := python3-systemd python3-jeepney python3-yaml python3-pyte python3-cffi
 
-.PHONY: deb rpm packages pkg-deps lintian
+.PHONY: deb rpm packages pkg-deps ghostty-wheel lintian
 
 pkg-deps:
 	@missing=$$(for p in $(PKG_BUILD_DEPS) $(PKG_RUNTIME_DEPS); do \
@@ -25,6 +25,14 @@ pkg-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+# The pinned pyghostty wheel clowder-ghostty ships, into the wheel cache (downloaded
+# once; packaging/ghostty-wheel.sh says from where and how it is checked).  A CLOWDER_*
+# make variable, so `make test` hands the same cache to the instance's builds.
+CLOWDER_WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/clowder/wheels
+export CLOWDER_WHEELS
+ghostty-wheel:
+	@sh packaging/ghostty-wheel.sh >/dev/null
 
 deb: pkg-deps
 	sh packaging/build.sh deb $(VERSION) $(DIST)
@@ -37,10 +45,11 @@ packages: deb rpm
 lintian: deb
 	@dpkg -s lintian >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends lintian
-	lintian -EvIL +pedantic $(DIST)/clowder_$(VERSION)_all.deb
+	lintian -EvIL +pedantic $(DIST)/clowder_$(VERSION)_all.deb \
+	  $(wildcard $(DIST)/clowder-ghostty_$(VERSION)_*.deb)
 
 # tests/test_packaging.py builds the .deb and .rpm inside the test instance: the tools
-# must be on / before it boots.
-test: pkg-deps
+# and the wheel must be on / before it boots (it has no network).
+test: pkg-deps ghostty-wheel
 
 .DEFAULT_GOAL := $(PKG_SAVED_DEFAULT_GOAL)

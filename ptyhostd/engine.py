@@ -1,7 +1,9 @@
 """Which terminal model the host's sessions use: chosen once, at start, in one place.
 
 ``ghostty`` (libghostty-vt through pyghostty, screen_ghostty.py) when installed, else
-``pyte`` (screen.py, the tested fallback).  ``--screen-engine`` (or
+``pyte`` (screen.py, the tested fallback).  pyghostty is found in the Python
+environment, else in the private directory of the clowder-ghostty package
+(``PACKAGED``), which is put on the path for that one import only.  ``--screen-engine`` (or
 $CLOWDER_SCREEN_ENGINE) forces one; a forced engine that is not installed is an error
 at start, not a silent fallback.  The choice and its cause are logged once.
 docs/design.md "Choosing the engine" has the measurements behind the default.
@@ -10,14 +12,20 @@ docs/design.md "Choosing the engine" has the measurements behind the default.
 from __future__ import annotations
 
 import errno
+import importlib
+import importlib.machinery
 import importlib.util
 import logging
+import sys
 import time
 from typing import Optional
 
 log = logging.getLogger("ptyhostd")
 
 ENGINES = ("ghostty", "pyte")
+# Where the clowder-ghostty package (.deb/.rpm) puts the pyghostty wheel's files: never
+# dist-packages (Debian has no python3-pyghostty; a private copy must not shadow one).
+PACKAGED = "/usr/lib/clowder/ghostty"
 _factory = None
 chosen: Optional[str] = None
 
@@ -26,8 +34,34 @@ class EngineError(Exception):
     """The engine asked for cannot be used."""
 
 
+def _pyghostty_where() -> Optional[str]:
+    """Where pyghostty would be imported from: "" (the Python environment), PACKAGED, or
+    None if it is in neither."""
+    if importlib.util.find_spec("pyghostty") is not None:
+        return ""
+    if importlib.machinery.PathFinder.find_spec("pyghostty", [PACKAGED]) is not None:
+        return PACKAGED
+    return None
+
+
+def _import_pyghostty() -> None:
+    """Import pyghostty, from PACKAGED if the environment has none; PACKAGED is on
+    sys.path only while it is imported (its modules are then found through the
+    package's own __path__), so nothing else can be picked up from there."""
+    where = _pyghostty_where()
+    if not where:  # the environment's, or none (the import then says why)
+        importlib.import_module("pyghostty")
+        return
+    sys.path.insert(0, where)
+    try:
+        importlib.import_module("pyghostty")
+    finally:
+        sys.path.remove(where)
+
+
 def _load(name: str):
     if name == "ghostty":
+        _import_pyghostty()
         from .screen_ghostty import GhosttyScreen
         return GhosttyScreen
     from .screen import Screen
@@ -43,14 +77,17 @@ def choose(name: Optional[str] = None) -> str:
     global chosen
     if name is not None and name not in ENGINES:
         raise EngineError(f"unknown screen engine {name!r} (one of {', '.join(ENGINES)})")
+    where = _pyghostty_where()
     if name is not None:
-        if name == "ghostty" and importlib.util.find_spec("pyghostty") is None:
-            raise EngineError("the ghostty screen engine needs pyghostty, not installed")
+        if name == "ghostty" and where is None:
+            raise EngineError("the ghostty screen engine needs pyghostty, not installed "
+                              "(install the clowder-ghostty package, or pyghostty)")
         cause = "asked for"
-    elif importlib.util.find_spec("pyghostty") is not None:
-        name, cause = "ghostty", "the default: pyghostty is installed"
-    else:  # pyghostty is optional (Debian does not package it)
-        name, cause = "pyte", "pyghostty is not installed"
+    elif where is not None:
+        name, cause = "ghostty", "the default: pyghostty is installed" + \
+            (f" in {where}" if where else "")
+    else:  # pyghostty is optional (Debian does not package it; clowder-ghostty does)
+        name, cause = "pyte", "pyghostty is not installed: the clowder-ghostty package has it"
     if chosen != name:
         log.info("screen engine: %s (%s)", name, cause,
                  extra={"CLOWDER_CAUSE": "screen-engine", "CLOWDER_ENGINE": name})

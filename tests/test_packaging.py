@@ -1,14 +1,17 @@
 """The packages (packaging/): the .deb installs into the running systemd, upgrades from
 version N to N+1 while sessions run without touching them, and is removed cleanly; the
-.rpm builds, and its scriptlets never restart the PTY host.
+.rpm builds, and its scriptlets never restart the PTY host.  With clowder-ghostty the
+installed host runs the ghostty engine; without it, pyte, and it says why.
 
 The packages are built here, inside the test instance, from a temporary copy of the
-tree (packaging/build.sh; `make pkg-deps`, run by `make test`, puts the tools on / before
-the instance boots).  CLOWDER_TEST_DEBS=DIR uses two prebuilt clowder_*_all.deb from DIR
-instead.  The .deb test does its own set-up and tear-down (not the ``host`` fixture):
-it sets aside what other tests installed (units in /etc/systemd/system, the control
-daemon's state and configuration, Docker's policy-rc.d, which forbids starting
-services), and puts it all back after purging the package.
+tree (packaging/build.sh; `make pkg-deps ghostty-wheel`, run by `make test`, puts the
+tools and the pinned pyghostty wheel on / before the instance boots).
+CLOWDER_TEST_DEBS=DIR uses two prebuilt clowder_*_all.deb from DIR instead, and the
+clowder-ghostty_*.deb of the older one if DIR has it.  The .deb tests do their own
+set-up and tear-down (not the ``host`` fixture): they set aside what other tests
+installed (units in /etc/systemd/system, the control daemon's state and configuration,
+Docker's policy-rc.d, which forbids starting services), and put it all back after
+purging the packages.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ UNITS = ("clowder-ptyhost.socket", "clowder-ptyhost.service",
 CTL = "/usr/bin/clowderctl"
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 SOCKET = "/run/clowder/ptyhost.sock"
+GHOSTTY_DIR = "/usr/lib/clowder/ghostty"  # ptyhostd/engine.py's PACKAGED
 
 
 def pyproject_version() -> str:
@@ -53,15 +57,19 @@ def run(argv, check=True, **kw) -> subprocess.CompletedProcess:
     return proc
 
 
-def build(kind: str, version: str, out: str) -> str:
+def build(kind: str, version: str, out: str) -> list[str]:
+    """The paths of the packages built: clowder's, then clowder-ghostty's."""
     if not shutil.which("dpkg-buildpackage" if kind == "deb" else "rpmbuild",
                         path=PATH):
         pytest.fail(f"the {kind} build tools are missing: run `make pkg-deps` before the "
                     f"instance boots, or set {PREBUILT}=DIR with prebuilt .debs")
-    proc = run(["sh", BUILD, kind, version, out], cwd=ROOT, check=False)
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root"}
+    if os.environ.get("CLOWDER_WHEELS"):  # the cache `make ghostty-wheel` filled
+        env["CLOWDER_WHEELS"] = os.environ["CLOWDER_WHEELS"]
+    proc = run(["sh", BUILD, kind, version, out], cwd=ROOT, check=False, env=env)
     if proc.returncode != 0:
         pytest.fail(f"building the {kind} of {version} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout.strip().splitlines()[-1]
+    return proc.stdout.strip().splitlines()
 
 
 def scripts_of(text: str) -> list[str]:
@@ -86,8 +94,9 @@ def deb_field(path: str, field: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def debs(tmp_path_factory) -> tuple[str, str]:
-    """(path of version N, path of version N+1)."""
+def built(tmp_path_factory) -> dict[str, list[str]]:
+    """{"old": [clowder N, clowder-ghostty N], "new": [clowder N+1, clowder-ghostty N+1]}
+    (the ghostty ones where built)."""
     prebuilt = os.environ.get(PREBUILT)
     if prebuilt:
         found = glob.glob(os.path.join(prebuilt, "clowder_*_all.deb"))
@@ -95,9 +104,27 @@ def debs(tmp_path_factory) -> tuple[str, str]:
         a, b = found
         older = run(["dpkg", "--compare-versions", deb_field(a, "Version"), "lt",
                      deb_field(b, "Version")], check=False).returncode == 0
-        return (a, b) if older else (b, a)
+        a, b = (a, b) if older else (b, a)
+        return {key: [deb] + glob.glob(os.path.join(
+            prebuilt, f"clowder-ghostty_{deb_field(deb, 'Version')}_*.deb"))
+            for key, deb in (("old", a), ("new", b))}
     out = str(tmp_path_factory.mktemp("debs"))
-    return build("deb", N, out), build("deb", N1, out)
+    return {"old": build("deb", N, out), "new": build("deb", N1, out)}
+
+
+@pytest.fixture(scope="module")
+def debs(built) -> tuple[str, str]:
+    """(clowder of version N, clowder of version N+1)."""
+    return built["old"][0], built["new"][0]
+
+
+@pytest.fixture(scope="module")
+def ghostty_deb(built) -> str:
+    """clowder-ghostty of version N."""
+    if len(built["old"]) < 2:
+        pytest.fail(f"no clowder-ghostty package was built ({built['old']}): it is built "
+                    "on amd64 from the pinned wheel (packaging/ghostty-wheel.sh)")
+    return built["old"][1]
 
 
 def test_deb_contents(debs):
@@ -117,6 +144,28 @@ def test_deb_contents(debs):
                  *[f"/lib/systemd/system/{u}" for u in UNITS],
                  *[f"/usr/lib/systemd/user/{u}" for u in UNITS]]:
         assert path in files, f"{path} is not in {new}"
+    assert re.search(rf"clowder-ghostty \(= {re.escape(deb_field(new, 'Version'))}\)",
+                     deb_field(new, "Recommends")), deb_field(new, "Recommends")
+
+
+def test_deb_ghostty_contents(debs, ghostty_deb):
+    """clowder-ghostty: the wheel's files in the private directory, nothing on Python's
+    path, the licences in its copyright, cffi and the same clowder as dependencies."""
+    assert deb_field(ghostty_deb, "Architecture") == "amd64"
+    depends = deb_field(ghostty_deb, "Depends")
+    assert "python3-cffi" in depends, depends
+    assert f"clowder (= {deb_field(debs[0], 'Version')})" in depends, depends
+    files = set(re.findall(r" \.(/\S+)$", run(["dpkg-deb", "-c", ghostty_deb]).stdout, re.M))
+    for name in ("__init__.py", "_ffi.py", "_cdef.py", "core.py", "_lib/libghostty-vt.so"):
+        assert f"{GHOSTTY_DIR}/pyghostty/{name}" in files, f"{name} is not in {ghostty_deb}"
+    assert not [f for f in files if "-packages" in f or f.startswith("/usr/bin")], files
+    copyright = run(["dpkg-deb", "--fsys-tarfile", ghostty_deb], text=False).stdout
+    with subprocess.Popen(["tar", "-xOf", "-", "./usr/share/doc/clowder-ghostty/copyright"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as tar:
+        text = tar.communicate(copyright)[0].decode()
+    for needle in ("License: Apache-2.0", "Mitchell Hashimoto, Ghostty contributors",
+                   "pyghostty", "/usr/share/common-licenses/Apache-2.0"):
+        assert needle in text, f"{needle!r} is not in clowder-ghostty's copyright"
 
 
 def test_deb_scripts_never_restart_the_host(debs, tmp_path):
@@ -161,8 +210,9 @@ def pkg_slate(systemd_required, tmp_path):
             check=False)
 
     def purge() -> None:
-        if run(["dpkg", "-s", "clowder"], check=False).returncode == 0:
-            run(["dpkg", "--purge", "clowder"], check=False)
+        for pkg in ("clowder-ghostty", "clowder"):  # it depends on clowder
+            if run(["dpkg", "-s", pkg], check=False).returncode == 0:
+                run(["dpkg", "--purge", pkg], check=False)
 
     purge()
     stop_clowder()
@@ -230,6 +280,27 @@ def journal_cursor() -> str:
     return out.strip().split("cursor: ", 1)[1]
 
 
+def engine_loaded(pid: str) -> tuple[str, str]:
+    """(the engine the host with main PID ``pid`` loaded, why it chose it), from its
+    journal (ptyhostd/engine.py: CLOWDER_CAUSE=screen-engine, then -loaded)."""
+    def logged():
+        out = run(["journalctl", "-q", "-o", "json", f"_PID={pid}"]).stdout
+        entries = [json.loads(line) for line in out.splitlines() if line.strip()]
+        said = {e.get("CLOWDER_CAUSE"): e for e in entries}
+        if "screen-engine-loaded" in said and "screen-engine" in said:
+            return (said["screen-engine-loaded"]["CLOWDER_ENGINE"],
+                    said["screen-engine"]["MESSAGE"])
+        return None
+    return wait_for(logged, 30, f"the host (pid {pid}) to log the screen engine it loaded",
+                    interval=0.2)
+
+
+def host_pid() -> str:
+    return wait_for(lambda: (lambda p: p if int(p) else None)(
+        show("clowder-ptyhost.service", "MainPID")["MainPID"]), 20,
+        "clowder-ptyhost.service to have a main PID")
+
+
 def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
     old, new = debs
     old_version, new_version = deb_field(old, "Version"), deb_field(new, "Version")
@@ -277,6 +348,10 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
             not os.environ.get(PREBUILT):
         assert handoff, f"the pre-check of the installed host failed: {check.stdout}{check.stderr}"
     assert int(host["MainPID"]) and all(alive(p) for p in pids.values())
+    # Without clowder-ghostty the packaged host runs pyte, and says why.
+    assert engine_loaded(host["MainPID"]) == \
+        ("pyte", "screen engine: pyte (pyghostty is not installed: the clowder-ghostty "
+                 "package has it)")
     cursor = journal_cursor()
 
     # --- upgrade to N+1
@@ -343,12 +418,69 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
     assert old_version != new_version
 
 
+def test_deb_ghostty_engine_is_loaded_and_pyte_runs_without_it(debs, ghostty_deb, pkg_slate):
+    """With clowder-ghostty the packaged host (Debian's python3, no pyghostty of its own)
+    loads the ghostty engine from the package's private directory; removed, the next
+    host runs pyte and says why.  Sessions are served by either."""
+    run(["dpkg", "-i", debs[0], ghostty_deb])
+    wait_for(lambda: show("clowder-control.service", "ActiveState")["ActiveState"] ==
+             "active", 20, "clowder-control to be active after the installation")
+    ctl("ps")  # the socket starts the host
+    pid = host_pid()
+    engine, why = engine_loaded(pid)
+    assert (engine, why) == ("ghostty", "screen engine: ghostty (the default: pyghostty is "
+                             f"installed in {GHOSTTY_DIR})"), (engine, why)
+    # The host's python3 imports it from nowhere else, and its path did not keep the
+    # private directory (engine.py puts it there for the import only).
+    assert run(["python3", "-c", "import pyghostty"], check=False).returncode != 0
+    # Byte-compiled on installation (py3compile), so nothing is written at run time.
+    assert glob.glob(f"{GHOSTTY_DIR}/pyghostty/__pycache__/*.pyc")
+    sid = ctl("spawn", "--name", "pkg-ghostty", "--", "sh", "-c",
+              "printf 'ghostty \\033[1mbold\\033[0m\\n'; exec sleep 100000").strip()
+    wait_for(lambda: "ghostty bold" in ctl("snapshot", sid), 20,
+             "the ghostty model to show the session's output")
+
+    # Without the package: its files (and the byte-code) are gone, the next host runs pyte.
+    run(["dpkg", "-r", "clowder-ghostty"])
+    assert not os.path.exists("/usr/lib/clowder"), os.listdir("/usr/lib/clowder")
+    run(["systemctl", "restart", "clowder-ptyhost.service"])
+    new_pid = host_pid()
+    assert new_pid != pid
+    assert engine_loaded(new_pid) == \
+        ("pyte", "screen engine: pyte (pyghostty is not installed: the clowder-ghostty "
+                 "package has it)")
+    wait_for(lambda: "ghostty bold" in ctl("snapshot", sid), 20,
+             "the session (kept through the restart) to be shown by the pyte model")
+
+
 # --- the .rpm ---------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def rpm(tmp_path_factory) -> str:
+def rpms(tmp_path_factory) -> list[str]:
+    """[clowder's .rpm, clowder-ghostty's .rpm]."""
     return build("rpm", N, str(tmp_path_factory.mktemp("rpm")))
+
+
+@pytest.fixture(scope="module")
+def rpm(rpms) -> str:
+    return rpms[0]
+
+
+def test_rpm_ghostty_ships_the_wheel_privately(rpms):
+    assert len(rpms) == 2 and rpms[1].endswith(".x86_64.rpm"), rpms
+    ghostty = rpms[1]
+    files = set(run(["rpm", "-qlp", ghostty]).stdout.split())
+    for name in ("__init__.py", "_ffi.py", "_cdef.py", "core.py", "_lib/libghostty-vt.so"):
+        assert f"{GHOSTTY_DIR}/pyghostty/{name}" in files, f"{name} is not in {ghostty}"
+    assert not [f for f in files if "-packages" in f or f.startswith("/usr/bin")], files
+    licences = {os.path.basename(f) for f in files if f.startswith("/usr/share/licenses/")}
+    assert {"LICENSE", "LICENSE.ghostty", "copyright"} <= licences, licences
+    requires = run(["rpm", "-qp", "--requires", ghostty]).stdout
+    assert "python3-cffi" in requires and f"clowder = {N}-" in requires, requires
+    # libghostty-vt.so is private: the package provides no soname for others to link.
+    assert "libghostty" not in run(["rpm", "-qp", "--provides", ghostty]).stdout
+    assert f"clowder-ghostty = {N}-" in run(["rpm", "-qp", "--recommends", rpms[0]]).stdout
 
 
 def rpm_scriptlets(path: str) -> dict[str, str]:
@@ -404,6 +536,28 @@ def test_rpm_scriptlets_never_restart_the_host(rpm):
 
 
 # --- the packaging sources --------------------------------------------------------------
+
+
+def test_a_missing_or_altered_ghostty_wheel_is_a_clear_error(tmp_path):
+    """packaging/ghostty-wheel.sh with no index to download from: a cached file that is
+    not the pinned wheel is removed, and the error says what is missing and where."""
+    with open(os.path.join(ROOT, "packaging", "ghostty-wheel.sh")) as f:
+        script = f.read()
+    version = re.search(r"^PYGHOSTTY_VERSION=(\S+)$", script, re.M)[1]
+    name = re.search(r"^PYGHOSTTY_WHEEL=(\S+)$", script, re.M)[1].replace(
+        "$PYGHOSTTY_VERSION", version)
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        assert f'"pyghostty=={version}"' in f.read(), \
+            "packaging/ghostty-wheel.sh must pin the pyghostty of pyproject.toml"
+    (tmp_path / name).write_bytes(b"not the wheel")
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": str(tmp_path),
+           "CLOWDER_WHEELS": str(tmp_path), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
+    proc = run(["sh", os.path.join(ROOT, "packaging", "ghostty-wheel.sh")], check=False,
+               cwd=ROOT, env=env)
+    assert proc.returncode == 1, proc
+    assert "is not the pinned wheel" in proc.stderr and not (tmp_path / name).exists()
+    assert f"the pyghostty {version} wheel (sha256 " in proc.stderr, proc.stderr
+    assert f"is not in {tmp_path} and could not be downloaded" in proc.stderr, proc.stderr
 
 
 def test_packaged_versions_follow_pyproject():

@@ -19,6 +19,8 @@ import json
 import os
 import random
 import re
+import shutil
+import sys
 
 import pytest
 
@@ -485,6 +487,33 @@ def test_the_default_is_ghostty_when_installed_else_pyte(fresh_engine, monkeypat
     assert isinstance(fresh_engine.new_screen(10, 3), Screen)
     with pytest.raises(fresh_engine.EngineError, match="needs pyghostty"):
         fresh_engine.choose("ghostty")
+
+
+@pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not installed")
+def test_the_packaged_pyghostty_is_found_off_the_path(fresh_engine, monkeypatch, tmp_path):
+    """Without pyghostty in the environment, the copy in clowder-ghostty's private
+    directory (engine.PACKAGED) is imported, and that directory is not left on sys.path."""
+    import pyghostty
+    packaged = tmp_path / "ghostty"
+    shutil.copytree(os.path.dirname(pyghostty.__file__), packaged / "pyghostty",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(fresh_engine, "PACKAGED", str(packaged))
+    real = fresh_engine.importlib.util.find_spec
+    monkeypatch.setattr(fresh_engine.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pyghostty" else real(name, *a))
+    for name in [m for m in sys.modules if m == "pyghostty" or m.startswith("pyghostty.")
+                 or m == "ptyhostd.screen_ghostty"]:
+        monkeypatch.delitem(sys.modules, name)
+    path = list(sys.path)
+    assert fresh_engine.choose() == "ghostty"
+    screen = fresh_engine.new_screen(10, 3)
+    screen.feed(b"packaged")
+    assert "packaged" in screen.snapshot("text")
+    assert sys.modules["pyghostty"].__file__.startswith(str(packaged))
+    assert sys.path == path, "the private directory was left on sys.path"
+    monkeypatch.setattr(fresh_engine, "PACKAGED", str(tmp_path / "absent"))
+    monkeypatch.setattr(fresh_engine, "_factory", None)
+    assert fresh_engine.choose() == "pyte"
 
 
 # ghostty's adapter: what its formatter leaves out, put back (screen_ghostty.py).
