@@ -13,13 +13,13 @@ signal.signal(signal.SIGTERM, lambda sig, _frame: _early_signals.append(sig))
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})  # see handoff
 
+import os  # noqa: E402
 import sys  # noqa: E402
 
 # ExecReload's client (ptyhostd/reload.py) needs only the wire package: it is dispatched
 # before the imports below, so that an installed build too broken to import is still
 # asked through the running host, whose check refuses it with the reason.
 if "--hand-off" in sys.argv[1:]:
-    import os
     # A stop during the hand-off sends us SIGTERM too: systemd counts a control process
     # killed by it as the stop's failure (Result=signal), and the reload is cancelled
     # anyway, so leave quietly.
@@ -36,7 +36,6 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import faulthandler  # noqa: E402
 import logging  # noqa: E402
-import os  # noqa: E402
 import socket  # noqa: E402
 
 from clowder_common import __version__, sdnotify  # noqa: E402
