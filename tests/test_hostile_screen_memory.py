@@ -117,3 +117,31 @@ def test_many_sessions_of_coloured_text_stay_within_the_screen_budget(budget_hos
     # What shrank is the history the model keeps, not to nothing: the floor's lines.
     lines = h.ctl("history", sids[0], "--lines", "300", user="alice").stdout.splitlines()
     assert len(lines) >= 100, f"the history kept only {len(lines)} lines"
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_the_share_halves_as_models_grow_and_trims_a_live_model_at_once():
+    """Without a host: the shares ``screenmemory`` hands out, and a full model given a
+    smaller one gives its memory back at once (no more output needed)."""
+    from ptyhostd import screenmemory
+    from ptyhostd.screen_ghostty import GhosttyScreen
+    shares = [screenmemory.share_for(n, BUDGET) // MiB for n in (1, 4, 5, 8, 9, 16, 17, 32, 99)]
+    assert shares == [16, 16, 8, 8, 4, 4, 2, 2, 2], shares
+    assert screenmemory.share_for(1000, 0) == screenmemory.CEILING  # no budget: no share
+    models = [GhosttyScreen(80, 24) for _ in range(4)]
+    data = coloured(4000)
+    for m in models:
+        m.feed(data)
+    full = _rss()
+    for m in models:
+        m.set_scrollback_bytes(screenmemory.FLOOR)
+    freed = full - _rss()
+    rows = models[0].get("scrollback_rows", "size_t")
+    assert freed > 4 * 4 * MiB, f"4 full models gave back only {freed / MiB:.1f} MiB"
+    assert 100 <= rows < 4000, f"{rows} rows kept at the floor"
+    for m in models:
+        m.close()
