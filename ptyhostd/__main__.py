@@ -42,7 +42,7 @@ from clowder_common import __version__, sdnotify  # noqa: E402
 from clowder_common.listener import Listener  # noqa: E402
 from clowder_common.log import setup as setup_logging  # noqa: E402
 
-from . import engine, handoff, inputqueue, screenwork  # noqa: E402
+from . import engine, handoff, inputqueue, screenmemory, screenwork  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .manifest import SLOTS  # noqa: E402
@@ -77,6 +77,10 @@ def _parse(argv):
                    default=os.environ.get("CLOWDER_SCREEN_ENGINE") or None,
                    help="the terminal model of sessions (default: ghostty when pyghostty "
                         "is installed, else pyte)")
+    p.add_argument("--screen-memory", type=int, metavar="BYTES",
+                   default=int(os.environ.get("CLOWDER_SCREEN_MEMORY") or 0) or None,
+                   help="scrollback all sessions' terminal models may keep together, "
+                        "shared out among them (default: MemTotal/16, at most 2 GiB)")
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
     p.add_argument("--check-handoff", action="store_true",
                    help="(internal) dry-run restore of a running host's state, for reload")
@@ -91,6 +95,11 @@ def _parse(argv):
         p.error("--backlog-bytes must be at least 4096")
     if args.max_sessions_per_user < 1:
         p.error("--max-sessions-per-user must be at least 1")
+    if args.screen_memory is None:
+        args.screen_memory = screenmemory.default_budget()
+    if args.screen_memory < screenmemory.FLOOR:
+        p.error(f"--screen-memory must be at least {screenmemory.FLOOR} "
+                "(one session's smallest share)")
     if args.input_queue_bytes < 4096 or args.input_deadline <= 0:
         p.error("--input-queue-bytes must be at least 4096 and --input-deadline positive")
     return args
@@ -135,6 +144,7 @@ async def _serve(args) -> None:
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
     inputqueue.configure(args.input_queue_bytes, args.input_deadline)
     engine.choose(args.screen_engine)
+    screenmemory.configure(args.screen_memory)
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user,
                                    max_sessions_per_user=args.max_sessions_per_user), parked)

@@ -73,6 +73,7 @@ class Adoption:
         for fd in stored.get(handoff.SCREENS, []):
             host._spawn_task(host._seed_screens(handoff.unpack_screens(fd)))
         host._spawn_task(host.keep_screens())
+        host._spawn_task(host.fit_screens())
         return host
 
     async def _adopt(self, records: list[dict], stored: dict[str, list[int]],

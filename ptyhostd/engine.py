@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Optional
 
+from . import screenmemory
+
 log = logging.getLogger("ptyhostd")
 
 ENGINES = ("ghostty", "pyte")
@@ -149,5 +151,10 @@ def preload() -> None:
 
 
 def new_screen(cols: int, rows: int):
-    """A terminal model of the chosen engine."""
-    return factory()(cols, rows)
+    """A terminal model of the chosen engine, for a session (in the screen pool): a
+    ghostty one is counted in the scrollback budget and gets its share."""
+    screen = factory()(cols, rows)
+    if hasattr(screen, "set_scrollback_bytes"):
+        screenmemory.note_model(screen)
+        screenmemory.fit(screen)
+    return screen

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import clowder_wire as protocol
 from clowder_common import fdlimit, sdnotify
 
-from . import fdstore, handoff, inputseq, peer, pty, sessionenv
+from . import fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import Manifest
 from .pidwatch import PidWatch
@@ -96,6 +96,28 @@ class Host(Adoption):
                         log.exception("session %s: feeding its terminal model failed", s.id,
                                       extra={"CLOWDER_SESSION": s.id,
                                              "CLOWDER_CAUSE": "screen-failed"})
+
+    async def fit_screens(self, interval: float = 0.5) -> None:
+        """Give every model its share of the scrollback budget when the share changed
+        (screenmemory.py): the models are counted here, each is trimmed in the screen
+        pool under its session's lock, one session at a time.  A model being fed takes
+        the new share before its next feed anyway (screenwork.run_plan); this reaches
+        the quiet ones, which would otherwise keep the old share."""
+        seen = screenmemory.generation
+        while True:
+            await asyncio.sleep(interval)
+            screenmemory.recount()
+            if screenmemory.generation == seen:
+                continue
+            seen = screenmemory.generation
+            for s in list(self.sessions.values()):
+                try:
+                    await s.fit_screen()
+                except Exception:
+                    log.exception("session %s: giving its terminal model its share of the "
+                                  "screen memory failed", s.id,
+                                  extra={"CLOWDER_SESSION": s.id,
+                                         "CLOWDER_CAUSE": "screen-failed"})
 
     async def _seed_screens(self, screens: dict[str, dict]) -> None:
         """Rebuild the models handed over as VT bytes (a repaint, fed to a fresh model).

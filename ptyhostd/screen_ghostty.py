@@ -21,7 +21,8 @@ the event loop the way pyte does.
 Bounds: the host caps the size (``pty.valid_size``) before a model is made; ghostty
 clamps cursor moves and counts to the screen itself, and keeps an OSC/DCS only up to its
 own limits, so a bomb costs CPU in C, not memory.  Scrollback is bounded in lines and in
-bytes (``SCROLLBACK_LINES``, ``SCROLLBACK_BYTES``).
+bytes (``SCROLLBACK_LINES``, and ``SCROLLBACK_BYTES`` lowered to the model's share of the
+host's budget, screenmemory.py).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class GhosttyScreen:
                     "setting the scrollback's bytes")
         _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_CONTINUATION_MAX_BYTES, MAX_PENDING,
                     "setting the continuation's bytes")
+        self.scrollback_bytes = SCROLLBACK_BYTES  # lowered to a share: screenmemory.py
         self._cols, self._rows = cols, rows
         self.cursor_shape, self._shape_tail = 0, b""  # DECSCUSR's last word (_follow_shape)
         self._activity = ffi.new("uint64_t*")
@@ -155,6 +157,14 @@ class GhosttyScreen:
         if (cols, rows) != (self._cols, self._rows):
             _check(lib.ghostty_terminal_resize(self._t, cols, rows, 8, 16), "resize")
             self._cols, self._rows = cols, rows
+
+    def set_scrollback_bytes(self, limit: int) -> None:
+        """Keep at most ``limit`` bytes of scrollback cells (ghostty counts the cells'
+        pages, not their compressed size, and drops the oldest pages over it at once:
+        bench/screen_memory.py)."""
+        _set_size_t(self._t, lib.GHOSTTY_TERMINAL_OPT_SCROLLBACK_MAX_BYTES, limit,
+                    "setting the scrollback's bytes")
+        self.scrollback_bytes = limit
 
     def compact(self) -> None:
         """Compress the scrollback once enough rows changed since the last time (in the
@@ -480,6 +490,7 @@ class GhosttyScreen:
         self._term, self._t = term, handle
         self._cols, self._rows = term.size
         self.errors = self.work = self._compressed_at = 0
+        self.scrollback_bytes = SCROLLBACK_BYTES  # a throwaway copy: not counted
         self._activity = ffi.new("uint64_t*")
         self._compression = ffi.new("GhosttyTerminalCompressionResult*")
         self.cursor_shape, self._shape_tail = 0, b""  # not in ghostty's snapshot

@@ -20,6 +20,8 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Union
 
+from . import screenmemory
+
 # Two threads: one session's costly catch-up does not hold up every other's snapshot.
 POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="screen")
 # Cells and rows one catch-up may touch: ~1-2 s of pyte on this machine at its busiest.
@@ -34,6 +36,7 @@ Step = Union[bytes, tuple]  # output to feed, or (cols, rows) to resize to
 def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
     """Feed ``plan`` to ``screen`` (in a worker thread); False if it stopped at the budget."""
     start = screen.work
+    screenmemory.fit(screen)  # a share changed since: trimmed before it grows again
     for step in plan:
         if isinstance(step, tuple):
             screen.resize(*step)

@@ -432,6 +432,15 @@ class Session:
                 return fit(lines, budget)
         return await last_lines(self.ring, count, budget, self.cols)
 
+    async def fit_screen(self) -> None:
+        """Give the model the current share of the scrollback budget (screenmemory.py),
+        in the screen pool under the model's lock, like every other use of it."""
+        from . import screenmemory, screenwork
+        async with self._screen_lock:
+            if self.screen is not None and \
+                    getattr(self.screen, "scrollback_bytes", None) not in (None, screenmemory.share):
+                await screenwork.run(screenmemory.fit, self.screen)
+
     def screen_busy(self) -> bool:
         """Whether a call on the model is running or waiting."""
         return self._screen_lock.locked()
