@@ -16,9 +16,11 @@ detaches; anything else typed in that time detaches at once.
 import re
 
 DOUBLE_PRESS = 0.4
-# How long the start of an escape sequence is held back waiting for its end.
-HOLD_CSI = 2.0
-HOLD_ESC = 0.05
+# How long the start of an escape sequence is held back waiting for its end: a CSI
+# begun is finished by the terminal at once (the hold only bounds a stray one); a lone
+# ESC is most likely the Escape key, which must not lag (tmux's escape-time is 10 ms).
+HOLD_CSI = 1.0
+HOLD_ESC = 0.01
 
 # Kitty keyboard protocol modifier bits (the field is 1 + these): shift 1, alt 2,
 # ctrl 4, super 8, hyper 16, meta 32; caps lock 64 and num lock 128 do not change a key.

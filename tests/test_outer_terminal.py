@@ -59,7 +59,7 @@ def test_detach_key_in_each_encoding_detaches(host, attach, parts):
         if i:
             # Not asserting on time: the pause only makes the client read the first
             # part on its own (it waits for the rest as long as the sequence is whole).
-            time.sleep(0.2)
+            time.sleep(0.1)
         a.type(part)
     assert a.finish() == 0, "the key did not detach"
     assert b"detached" in a.stderr()
