@@ -93,7 +93,7 @@ def test_other_keys_do_not_detach(host, attach, seq):
     sid = shell(host)
     a = attach(sid)
     ready(a)
-    a.type(seq + b"echo still-$((3+3))\r")
+    a.type(seq + b"\recho still-$((3+3))\r")  # the sequence is a command line of its own
     a.expect(b"still-6", what="the shell to answer: still attached")
     assert a.proc.poll() is None
     a.type(DETACH)

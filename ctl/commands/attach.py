@@ -148,7 +148,9 @@ class _Session:
         sel = selectors.DefaultSelector()
         sel.register(c.sock, selectors.EVENT_READ, "sock")
         stdin = sys.stdin.fileno()
-        stdin_open = True
+        # Only a terminal is read (a read-only attach may have none; epoll refuses
+        # /dev/null and regular files anyway).
+        stdin_open = self.outer.saved is not None
         # Without this, a SIGWINCH would only be noticed when select() next returned:
         # Python restarts an interrupted select() after running the handler.
         sel.register(self.wakeup, selectors.EVENT_READ, "signal")
