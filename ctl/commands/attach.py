@@ -30,7 +30,8 @@ def add_parser(sub):
     p.add_argument("--plain-history", action="store_true",
                    help="put the history in without colours or attributes")
     p.add_argument("--detach-key", default="^\\",
-                   help="the key that detaches, as ^X (default ^\\, i.e. Ctrl-backslash)")
+                   help="the key that detaches, as ^X (default ^\\, i.e. Ctrl-backslash); "
+                        "pressed twice, it is sent once to the session instead")
     p.set_defaults(run=run, parser=p)
 
 
