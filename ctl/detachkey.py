@@ -21,6 +21,9 @@ DOUBLE_PRESS = 0.4
 # ESC is most likely the Escape key, which must not lag (tmux's escape-time is 10 ms).
 HOLD_CSI = 1.0
 HOLD_ESC = 0.01
+# The longest unfinished sequence held: a key's report is far shorter, so a longer one
+# (a paste of "ESC[" and digits) goes straight through instead of piling up here.
+MAX_HELD = 64
 
 # Kitty keyboard protocol modifier bits (the field is 1 + these): shift 1, alt 2,
 # ctrl 4, super 8, hyper 16, meta 32; caps lock 64 and num lock 128 do not change a key.
@@ -111,7 +114,7 @@ class DetachKey:
             return "other", min(ends) if ends else len(data)
         m = _CSI.match(data, i)
         if m is None:
-            if _CSI_START.match(data, i):
+            if len(data) - i <= MAX_HELD and _CSI_START.match(data, i):
                 return "partial", len(data)
             return "other", i + 1
         return self._csi(m.group(1), m.group(2), m.group(3)), m.end()

@@ -81,6 +81,8 @@ def test_detach_key_matcher_at_every_split_point():
             assert sent + more == b"ab\x1b[A", (seq, cut)
             assert key.expire(DOUBLE_PRESS) == (b"", True), (seq, cut)
     key = DetachKey(0x1c)
+    long = b"\x1b[" + b"1" * 100_000  # unfinished and far too long for a key: not held
+    assert key.feed(long, 0.0) == (long, False) and key.deadline() is None
     assert key.feed(b"\x1b", 0.0) == (b"", False)
     assert key.expire(HOLD_ESC) == (b"\x1b", False) and key.deadline() is None
 
