@@ -242,7 +242,8 @@ class OuterTmux:
         return dict(zip(FLAGS, out.rstrip("\n").split("\t")))
 
     def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "outer")
+        """The pane's text, its scrollback included (where the banner soon scrolls to)."""
+        return self.run("capture-pane", "-p", "-S", "-", "-t", "outer")
 
     def keys(self, data: bytes) -> None:
         self.run("send-keys", "-t", "outer", "-H", *(f"{b:02x}" for b in data))
