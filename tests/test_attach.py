@@ -538,7 +538,11 @@ def test_vim_detach_and_reattach(host, attach):
     a.wait_raw()
     a.type(b"ihello from vim\x1b")
     a.expect(b"hello from vim", what="vim to show the typed text")
-    before = host.ctl("snapshot", sid).stdout
+    # vim leaves insert mode 'timeoutlen' (1 s) after a lone ESC: compare screens after.
+    def out_of_insert_mode():
+        shown = host.ctl("snapshot", sid).stdout
+        return shown if b"-- INSERT --" not in shown else None
+    before = wait_for(out_of_insert_mode, 15, "vim to leave insert mode")
     a.type(DETACH)
     assert a.finish() == 0
     b = attach(sid, cols=80, rows=24)

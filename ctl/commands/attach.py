@@ -6,15 +6,15 @@ import select
 import selectors
 import signal
 import sys
-import termios
 import time
-import tty
 
 import clowder_wire as protocol
 from clowder_wire.host import fit_size
 
 from ..client import (Client, ClientError, NotAnswering, RequestFailed,
                       default_control_socket)
+from ..detachkey import DetachKey, parse_key
+from ..outer import OuterTerminal
 
 
 def add_parser(sub):
@@ -30,16 +30,9 @@ def add_parser(sub):
     p.add_argument("--plain-history", action="store_true",
                    help="put the history in without colours or attributes")
     p.add_argument("--detach-key", default="^\\",
-                   help="the key that detaches, as ^X (default ^\\, i.e. Ctrl-backslash)")
+                   help="the key that detaches, as ^X (default ^\\, i.e. Ctrl-backslash); "
+                        "pressed twice, it is sent once to the session instead")
     p.set_defaults(run=run, parser=p)
-
-
-def parse_key(text: str) -> int:
-    if len(text) == 2 and text[0] == "^" and 0x3f <= ord(text[1].upper()) <= 0x5f:
-        return ord(text[1].upper()) ^ 0x40
-    if len(text) == 1:
-        return ord(text)
-    raise ValueError(f"invalid detach key {text!r}: use ^X, e.g. ^]")
 
 
 # Frames queued for the host past which stdin is not read (the host is not reading us).
@@ -60,9 +53,11 @@ def _size() -> tuple[int, int]:
 class _Session:
     """One attach connection; returns why it ended."""
 
-    def __init__(self, args, key: int, wakeup: int):
+    def __init__(self, args, key: int, wakeup: int, outer: OuterTerminal):
         self.args = args
-        self.key = key
+        self.key = DetachKey(key)
+        self.outer = outer
+        self.told_read_only = False  # the bell for a dropped key has rung
         self.wakeup = wakeup  # readable when a signal arrived (signal.set_wakeup_fd)
         self.out = sys.stdout.buffer
         self.resized = False
@@ -92,6 +87,8 @@ class _Session:
                                    read_only=self.args.read_only,
                                    token=None if self.args.read_only else self.token))
             attached = c.recv()  # Attached (errors raise)
+            if first:
+                _banner(self.args)  # only now: the host may refuse (no such session)
         except (ClientError, OSError) as exc:
             if c is not None:
                 c.close()
@@ -110,6 +107,7 @@ class _Session:
             self.numbered = seq is not None
             self._ack(seq if self.numbered and self.acked <= seq <= self.seq
                       else max(self.handed, self.acked))
+            self.out.write(self.outer.enter())
             if not first:
                 self.out.write(b"\x1bc")  # the backlog replays onto a clean screen
             elif self.history:
@@ -151,7 +149,9 @@ class _Session:
         sel = selectors.DefaultSelector()
         sel.register(c.sock, selectors.EVENT_READ, "sock")
         stdin = sys.stdin.fileno()
-        stdin_open = True
+        # Only a terminal is read (a read-only attach may have none; epoll refuses
+        # /dev/null and regular files anyway).
+        stdin_open = self.outer.saved is not None
         # Without this, a SIGWINCH would only be noticed when select() next returned:
         # Python restarts an interrupted select() after running the handler.
         sel.register(self.wakeup, selectors.EVENT_READ, "signal")
@@ -172,7 +172,9 @@ class _Session:
                 if events != sock_events:
                     sel.modify(c.sock, events, "sock")
                     sock_events = events
-                for sk, ev in sel.select():
+                deadline = self.key.deadline()
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                for sk, ev in sel.select(timeout):
                     if sk.data == "sock" and ev & selectors.EVENT_WRITE:
                         self._flush(c)
                     if sk.data == "sock" and ev & selectors.EVENT_READ:
@@ -200,15 +202,11 @@ class _Session:
                             sel.unregister(stdin)
                             stdin_open = reading_stdin = False
                             continue
-                        if self.key in data:
-                            before = data[:data.index(self.key)]
-                            if before and not self.args.read_only:
-                                self._input(before)
-                            self.outbuf += protocol.encode(protocol.Detach())
-                            self._flush_all(c)
+                        if self._keys(*self.key.feed(data, time.monotonic()), c):
                             return "detached", None
-                        if not self.args.read_only:
-                            self._input(data)
+                if deadline is not None and time.monotonic() >= deadline and \
+                        self._keys(*self.key.expire(time.monotonic()), c):
+                    return "detached", None
                 if self.resized:
                     self.resized = False
                     cols, rows = _size()
@@ -219,6 +217,21 @@ class _Session:
             return self._dropped()
         finally:
             sel.close()
+
+    def _keys(self, data: bytes, detach: bool, c: Client) -> bool:
+        """Send what was typed (the detach key taken out); True once detached."""
+        if data and not self.args.read_only:
+            self._input(data)
+        elif data and not self.told_read_only:
+            # The banner said keys are not sent; one bell says this one was not (a
+            # message here would be drawn over the session's screen).
+            self.told_read_only = True
+            self.out.write(b"\a")
+            self.out.flush()
+        if detach:
+            self.outbuf += protocol.encode(protocol.Detach())
+            self._flush_all(c)
+        return detach
 
     def _input(self, data: bytes) -> None:
         """New keystrokes: kept until acknowledged, and queued for the host."""
@@ -313,6 +326,31 @@ def _history(args) -> bytes:
         return b""  # the attach itself reports what is wrong
 
 
+class _Killed(BaseException):
+    """A signal that ends the attach (SIGTERM, SIGHUP, SIGINT): unwinds to run()."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _killed(signum, _frame):
+    raise _Killed(signum)
+
+
+# Signals that end an attach with the terminal handed back, instead of leaving it raw
+# and in the program's modes (their default action would end Python on the spot).
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def _banner(args) -> None:
+    """Say what we are attached to and how to leave (on stderr, already in raw mode)."""
+    ro = " read-only: keys you type are not sent;" if args.read_only else ""
+    sys.stderr.write(f"[clowder: attached to {args.session};{ro} "
+                     f"detach with {args.detach_key}]\r\n")
+    sys.stderr.flush()
+
+
 def run(args) -> int:
     # Inside a session, attaching to itself would feed its output back in as input.
     if not args.agent and args.session == os.environ.get("CLOWDER_SESSION"):
@@ -328,17 +366,22 @@ def run(args) -> int:
     args.target = (args.control_socket or default_control_socket()) if args.agent \
         else args.socket
     stdin = sys.stdin.fileno()
-    saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
+    if not os.isatty(stdin) and not args.read_only:
+        # Without a terminal there is no raw mode and no detach key; keys for a script
+        # are what `send` is for.
+        raise ClientError("stdin is not a terminal, and attach types into the session "
+                          "from one (--read-only watches without one; `clowderctl send` "
+                          "types from a script)")
+    outer = OuterTerminal(stdin, sys.stdout.fileno())
     wakeup, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    session = _Session(args, key, wakeup)
-    session.history = _history(args) if os.isatty(sys.stdout.fileno()) else b""
+    session = _Session(args, key, wakeup, outer)
+    session.history = _history(args) if outer.screen else b""
     signal.signal(signal.SIGWINCH, lambda *_: setattr(session, "resized", True))
     old_wakeup = signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
-    keyname = args.detach_key
-    print(f"[clowder: attached to {args.session}; detach with {keyname}]", file=sys.stderr)
+    old_handlers = {sig: signal.signal(sig, _killed) for sig in ENDING_SIGNALS}
+    killed = None
     try:
-        if saved is not None:
-            tty.setraw(stdin)
+        outer.raw()
         first = True
         while True:
             why, msg = session.run(first)
@@ -347,17 +390,36 @@ def run(args) -> int:
                 break
             # The host restarted: it comes back with the session; reattach.
             _wait_for_host(args.target)
+    except _Killed as exc:
+        killed = exc.signum
     finally:
-        if saved is not None:
-            termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        for sig in ENDING_SIGNALS:  # a second signal must not cut the restore short
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            sys.stdout.flush()  # the session's last output before the reset, not after
+        except OSError:
+            pass
+        outer.restore()
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
         signal.set_wakeup_fd(old_wakeup)
         os.close(wakeup)
         os.close(wakeup_w)
+    if killed is not None:
+        _say(f"\r\n[clowder: {signal.Signals(killed).name}: detached from {args.session}]")
+        return 128 + killed
     if why == "detached":
-        print(f"\r\n[clowder: detached from {args.session}]", file=sys.stderr)
+        _say(f"\r\n[clowder: detached from {args.session}]")
         return 0
     code = msg.exit_code if msg.exit_code is not None else 128 + (msg.signal or 127)
-    print(f"\r\n[clowder: session {args.session} ended: "
-          f"{'signal ' + str(msg.signal) if msg.signal is not None else msg.exit_code}]",
-          file=sys.stderr)
+    _say(f"\r\n[clowder: session {args.session} ended: "
+         f"{'signal ' + str(msg.signal) if msg.signal is not None else msg.exit_code}]")
     return code
+
+
+def _say(line: str) -> None:
+    """A last line on stderr; a terminal that hung up (SIGHUP) is not an error."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
