@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import random
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE)]
 
 from clowder_wire import MAX_CELLS, MAX_COLS  # noqa: E402
+from engines import timed_ms  # noqa: E402  (bench/engines.py, beside this file)
 from ptyhostd.screen import Screen  # noqa: E402
 from ptyhostd.screen_ghostty import GhosttyScreen  # noqa: E402
 
@@ -50,13 +50,6 @@ def _via_pyte(screen: GhosttyScreen) -> Screen:
     return copy
 
 
-def timed_ms(fn, times: int = 3) -> float:
-    samples = []
-    for _ in range(times):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return sorted(samples)[len(samples) // 2]
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import pytest
 
 from conftest import PYTHON, wait_for
 from ctl.outer import ENTER, LEAVE_TITLE, RESET
+from test_repaint_tmux import Tmux
 from test_attach import DETACH, Attach, attach, ready, shell  # noqa: F401  (attach: fixture)
 
 
@@ -211,19 +212,8 @@ CLEAN = {"alternate_on": "0", "mouse_any_flag": "0", "mouse_standard_flag": "0",
          "pane_title": "outer-title"}
 
 
-class OuterTmux:
+class OuterTmux(Tmux):
     """A private tmux server whose one pane runs ``clowderctl attach``, then ``cat -v``."""
-
-    def __init__(self, tmp_path):
-        self.argv = ["tmux", "-S", str(tmp_path / "tmux.sock"), "-f", "/dev/null"]
-        self.tmp = tmp_path
-
-    def run(self, *args) -> str:
-        proc = subprocess.run(self.argv + list(args), capture_output=True, text=True,
-                              timeout=10)
-        if proc.returncode != 0:
-            pytest.fail(f"tmux {' '.join(args)}: exit {proc.returncode}: {proc.stderr}")
-        return proc.stdout
 
     def start(self, host, sid: str) -> None:
         argv = host._as([PYTHON, "-m", "ctl", "--socket", host.socket, "attach", sid])
