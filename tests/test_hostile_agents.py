@@ -366,11 +366,13 @@ def test_a_hostile_name_from_the_wire_is_printed_escaped(host, control):
 def attach_reply(host, agent: str, user: str):
     """What clowder-control answers ``user``'s Attach to ``agent`` with."""
     code = ("import sys, clowder_wire as P\n"
-            "from ctl.client import Client\n"
+            "from ctl.client import Client, RequestFailed\n"
             "with Client(sys.argv[1], timeout=10, peer='clowder-control') as c:\n"
             "    c.send(P.Attach(session=sys.argv[2], cols=80, rows=24, replay=0))\n"
-            "    m = c.recv()\n"
-            "    print(type(m).__name__, getattr(m, 'message', ''))\n")
+            "    try:\n"
+            "        print(type(c.recv()).__name__)\n"
+            "    except RequestFailed as exc:\n"
+            "        print('Error', exc)\n")
     return host.run([PYTHON, "-c", code, control_socket(host), agent], user=user,
                     timeout=30).stdout.decode()
 
