@@ -52,6 +52,13 @@ def restarts(policy: str, exit_code, sig) -> bool:
     return not (exit_code == 0 and sig is None)  # on-failure
 
 
+def backoff(failures: int, ran: float) -> tuple[float, int]:
+    """(seconds to wait, recent failures after this one) for a session that ended after
+    running ``ran`` seconds, ``failures`` recent failures before it."""
+    failures = max(0, failures - int(ran // DECAY_SECONDS))
+    return RESPAWN_DELAYS[min(failures, len(RESPAWN_DELAYS) - 1)], failures + 1
+
+
 def user_uid(user: Optional[str]) -> Optional[int]:
     """The uid of ``user``; None if there is no such user."""
     try:
@@ -482,9 +489,7 @@ class Supervisor:
             self._exited(rt, rec, role, f"its session {how}")
             self.save()
             return
-        failures = max(0, rt.failures.get(role, 0) - int(ran // DECAY_SECONDS))
-        delay = RESPAWN_DELAYS[min(failures, len(RESPAWN_DELAYS) - 1)]
-        rt.failures[role] = failures + 1
+        delay, rt.failures[role] = backoff(rt.failures.get(role, 0), ran)
         self.save()
         rt.pending.add(role)
         try:

@@ -277,6 +277,25 @@ def policy_yaml(name: str, command: str, workdir: str, policy: str = "") -> str:
         else text
 
 
+def test_the_back_off_grows_and_decays():
+    """The numbers README.md documents: 0.5, 1, 2, 5, 10, then 30 s; each 30 s run
+    forgives one failure."""
+    from controld.supervisor import backoff, restarts
+    failures, delays = 0, []
+    for _ in range(8):  # a crash loop: each run shorter than 30 s
+        delay, failures = backoff(failures, 1.0)
+        delays.append(delay)
+    assert delays == [0.5, 1, 2, 5, 10, 30, 30, 30]
+    assert backoff(failures, 29.9) == (30, failures + 1)
+    assert backoff(5, 60) == (5, 4)  # two failures forgiven
+    assert backoff(8, 86400) == (0.5, 1)  # a day's run: as the first crash
+    assert [restarts(p, 0, None) for p in ("on-failure", "always", "never")] == \
+        [False, True, False]
+    assert [restarts(p, 3, None) for p in ("on-failure", "always", "never")] == \
+        [True, True, False]
+    assert restarts("on-failure", None, 9)
+
+
 def test_restart_policies(host, control):
     """on-failure (the default) leaves an exit 0 ended and brings back a failure;
     always brings back an exit 0; never leaves a failure ended; up brings them back."""
