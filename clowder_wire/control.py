@@ -28,10 +28,12 @@ class AgentDown(Message):
 
 @register
 class AgentRestart(Message):
-    """Stop then start an agent with its normal command. -> AgentInfo."""
+    """Stop then start an agent with its normal command; its companion shells too
+    only with ``shells`` (else they are left running). -> AgentInfo."""
 
     KIND = 402
     agent: str
+    shells: bool = False
 
 
 @register
@@ -51,10 +53,12 @@ class AgentInfo(Message):
 
 @register
 class StatusReport(Message):
-    """clowder-control -> client: agents, unclaimed sessions and any load problems."""
+    """clowder-control -> client: agents, plain sessions (``sessions``: no agent's),
+    sessions named like an agent's that are not one (``unclaimed``) and any problems."""
 
     KIND = 411
     agents: list
     unclaimed: list = []
+    sessions: list = []
     problems: list = []
     host: dict = {}

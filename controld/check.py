@@ -44,7 +44,7 @@ def check(path: str | None, as_json: bool, prog: str) -> int:
             for message in exc.errors:
                 print(message, file=sys.stderr)
         return 1
-    warnings = config.check_paths(cfg)
+    warnings = config.check_paths(cfg) + config.check_users(cfg)
     if as_json:
         print(json.dumps({"file": path, "ok": True, "warnings": warnings,
                           "config": config.to_dict(cfg)}))

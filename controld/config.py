@@ -19,6 +19,10 @@ are required)::
                                 # not HOME, USER, LOGNAME, SHELL, CLOWDER_*: the host's;
                                 # PATH is also where command is looked up
         size: 120x40            # COLSxROWS, each 1..10000
+        restart: on-failure     # on-failure (default) | always | never: when the
+                                # program (or a shell) ends by itself, see README
+        user: alice             # who the agent runs as and who may up/down/restart/
+                                # attach to it; default: clowder-control's own user
         shells:
           - name: build         # same pattern, unique within the agent
             command: make watch # default: defaults.shell, else $SHELL, else /bin/sh
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import pwd
 import re
 import shlex
 import stat
@@ -63,6 +68,9 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SIZE_RE = re.compile(r"(\d{1,5})x(\d{1,5})")
 MAX_SIZE = MAX_COLS  # a side; the host refuses any size past the wire's limits
 SPLITS = ("right", "below")
+RESTART_POLICIES = ("on-failure", "always", "never")
+# A login name as useradd takes it (its default NAME_REGEX, plus a machine account's $).
+USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,30}\$?")
 MAX_DEPTH = 64
 MAX_MERGED = 100_000
 MAX_AGENTS = 1000
@@ -77,7 +85,8 @@ STR, INT, FLOAT, BOOL, NULL, MAP, SEQ, MERGE = (
     _T + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge"))
 TOP_KEYS = ("version", "defaults", "agents")
 DEFAULTS_KEYS = ("env", "shell")
-AGENT_KEYS = ("name", "command", "resume", "cwd", "env", "size", "shells")
+AGENT_KEYS = ("name", "command", "resume", "cwd", "env", "size", "restart", "user",
+              "shells")
 SHELL_KEYS = ("name", "command", "split", "percent", "cwd")
 
 
@@ -109,6 +118,8 @@ class Agent:
     env: dict[str, str]
     size: tuple[int, int] | None
     shells: tuple[Shell, ...]
+    restart: str = "on-failure"  # one of RESTART_POLICIES
+    user: str | None = None  # None: clowder-control's own user
 
 
 @dataclass(frozen=True)
@@ -218,7 +229,8 @@ def from_dict(d: dict) -> Config:
     return Config(d["version"], tuple(
         Agent(a["name"], argv(a["command"]), argv(a["resume"]), a["cwd"], dict(a["env"]),
               argv(a["size"]), tuple(Shell(s["name"], argv(s["command"]), s["split"],
-                                           s["percent"], s["cwd"]) for s in a["shells"]))
+                                           s["percent"], s["cwd"]) for s in a["shells"]),
+              a.get("restart") or "on-failure", a.get("user"))
         for a in d["agents"]))
 
 
@@ -250,6 +262,19 @@ def check_paths(config: Config) -> list[str]:
     return warnings
 
 
+def check_users(config: Config) -> list[str]:
+    """Warnings for agents whose ``user:`` has no passwd entry here."""
+    warnings = []
+    for agent in config.agents:
+        if agent.user is not None:
+            try:
+                pwd.getpwnam(agent.user)
+            except KeyError:
+                warnings.append(f"agent {agent.name!r}: user {agent.user!r} does not "
+                                "exist on this machine: the agent cannot start")
+    return warnings
+
+
 def to_dict(config: Config) -> dict:
     """The configuration in plain JSON types, mirroring the classes (tuples become lists).
     Spelled out: dataclasses.asdict's deep copy took 12 s for 1000 agents sharing one
@@ -258,7 +283,7 @@ def to_dict(config: Config) -> dict:
         return None if v is None else list(v)
     return {"version": config.version, "agents": [
         {"name": a.name, "command": argv(a.command), "resume": argv(a.resume), "cwd": a.cwd,
-         "env": dict(a.env), "size": argv(a.size),
+         "env": dict(a.env), "size": argv(a.size), "restart": a.restart, "user": a.user,
          "shells": [{"name": s.name, "command": argv(s.command), "split": s.split,
                      "percent": s.percent, "cwd": s.cwd} for s in a.shells]}
         for a in config.agents]}
@@ -454,6 +479,23 @@ class _Checker:
             return self.error(node, keypath, f"must be 'right' or 'below', got {split!r}")
         return split
 
+    def restart(self, node: Node, keypath: str) -> str | None:
+        policy = self.text(node, keypath, "the string 'on-failure', 'always' or 'never'")
+        if policy is not None and policy not in RESTART_POLICIES:
+            return self.error(node, keypath, "must be 'on-failure', 'always' or 'never', "
+                              f"got {policy!r}")
+        return policy
+
+    def user(self, node: Node, keypath: str) -> str | None:
+        """A login name; whether it exists is check_users' (the file may be checked
+        on another machine)."""
+        user = self.text(node, keypath, "a user name")
+        if user is not None and not USER_RE.fullmatch(user):
+            return self.error(node, keypath, f"invalid user name {user!r}: use a login "
+                              "name (lowercase letters, digits, '-' or '_', starting "
+                              "with a letter or '_', at most 32 characters)")
+        return user
+
     def unique(self, items: list, kind: str) -> None:
         """Report (name, name node, keypath) items whose name was already used."""
         first = {}
@@ -496,6 +538,8 @@ class _Checker:
                        "the defaults'")
             env = {}
         size = self.field(m, node, kp, "size", self.size)
+        restart = self.field(m, node, kp, "restart", self.restart, default="on-failure")
+        user = self.field(m, node, kp, "user", self.user)
         shells = []
         for j, item in enumerate(self.field(m, node, kp, "shells",
                                             lambda n, k: self.sequence(n, k, MAX_SHELLS),
@@ -504,7 +548,7 @@ class _Checker:
         self.unique([(s.name, sm["name"], f"{kp}.shells[{j}].name")
                      for j, (s, sm) in enumerate(shells) if s.name is not None], "shell")
         shells = tuple(s for s, _ in shells)
-        return Agent(name, command, resume, cwd, env, size, shells), m
+        return Agent(name, command, resume, cwd, env, size, shells, restart, user), m
 
     def shell(self, node: Node, kp: str, default: tuple, cwd: str | None):
         """A Shell (its fields None where invalid) and its mapping of value nodes."""

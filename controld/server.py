@@ -3,8 +3,9 @@
 The same framing and handshake as the PTY host (clowder_wire), kinds 4xx; a
 connection whose first request is OpenStream becomes multiplexed (controld.mux).
 Status is open to anyone who can connect, and shows a member only their own sessions
-(root and the daemon's own uid see all); changing an agent, attaching to it, its files,
-its git worktree and forwarded ports need root or the daemon's own uid.
+and agents (root and the daemon's own uid see all); changing an agent and attaching to
+it need root, the daemon's own uid or the agent's ``user:``; its files, its git
+worktree and forwarded ports need root or the daemon's own uid.
 """
 
 from __future__ import annotations
@@ -95,9 +96,11 @@ class ControlServer:
         After the host accepts, bytes are copied both ways unchanged; when this daemon
         restarts the client re-attaches (and is repainted) like after a host restart.
         """
-        if uid not in (0, self.uid):
+        agent = msg.session.partition("/")[0]
+        if not self.supervisor.may_drive(uid, agent):
             writer.write(protocol.encode(protocol.Error(
-                message=f"uid {uid} may not attach to agents", code="permission")))
+                message=f"uid {uid} may not attach to agent {agent!r}: it is not theirs",
+                code="permission")))
             return
         sid = self.supervisor.session_of(msg.session)
         if sid is None:
@@ -138,18 +141,20 @@ class ControlServer:
                 if uid not in (0, self.uid):
                     host.pop("sessions", None)
                 return P.StatusReport(agents=st["agents"], unclaimed=st["unclaimed"],
-                                      problems=st["problems"], host=host)
+                                      sessions=st["sessions"], problems=st["problems"],
+                                      host=host)
             if not isinstance(msg, (P.AgentUp, P.AgentDown, P.AgentRestart)):
                 return P.Error(message=f"{type(msg).__name__} is not a control request",
                                code="bad-request")
-            if uid not in (0, self.uid):
-                return P.Error(message=f"uid {uid} may not change agents", code="permission")
+            if not sup.may_drive(uid, msg.agent):
+                return P.Error(message=f"uid {uid} may not change agent {msg.agent!r}: "
+                               "it is not theirs", code="permission")
             if isinstance(msg, P.AgentUp):
                 return P.AgentInfo(agent=await sup.up(msg.agent))
             if isinstance(msg, P.AgentDown):
                 await sup.down(msg.agent)
                 return P.Ok()
-            return P.AgentInfo(agent=await sup.restart(msg.agent))
+            return P.AgentInfo(agent=await sup.restart(msg.agent, shells=msg.shells))
         except KeyError:
             return P.Error(message=f"no such agent: {getattr(msg, 'agent', '?')!r}",
                            code="no-agent")

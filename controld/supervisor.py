@@ -8,7 +8,14 @@ it is the agent's own: the host marked it as started by this daemon (``agent``, 
 ptyhostd/peer.py) and it runs as the agents' user (this daemon's uid) - a name alone
 never makes a session an agent's; one that is gone is re-spawned (an agent with its
 resume command) and the reason is recorded; a running session no agent claims is
-reported, never killed.
+reported (a plain session as one, an ``agent:`` name as unclaimed), never killed.
+
+When an agent's program (or a shell) ends by itself its ``restart:`` policy decides:
+``on-failure`` (the default) brings it back unless it exited with code 0, ``always``
+does, ``never`` does not.  A session that is not brought back stays "exited" until
+``up`` or ``restart``.  Each comeback waits RESPAWN_DELAYS[n], n the session's recent
+failures; n drops by one for every DECAY_SECONDS the ended session had run, so a
+program that crashes once a day always comes back within half a second.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pwd
 import signal
 import time
 from dataclasses import dataclass, field
@@ -31,7 +39,32 @@ from .registry import AgentRecord, Registry, RegistryError
 log = logging.getLogger("clowder-control")
 
 PREFIX = protocol.AGENT_PREFIX
-RESPAWN_DELAYS = (0.5, 1, 2, 5, 10, 30)  # after an agent's program ends by itself
+RESPAWN_DELAYS = (0.5, 1, 2, 5, 10, 30)  # seconds, after a program ends by itself
+DECAY_SECONDS = 30  # each this long the ended session ran forgives one failure
+
+
+def restarts(policy: str, exit_code, sig) -> bool:
+    """Whether a session that ended by itself comes back under ``policy``."""
+    if policy == "always":
+        return True
+    if policy == "never":
+        return False
+    return not (exit_code == 0 and sig is None)  # on-failure
+
+
+def backoff(failures: int, ran: float) -> tuple[float, int]:
+    """(seconds to wait, recent failures after this one) for a session that ended after
+    running ``ran`` seconds, ``failures`` recent failures before it."""
+    failures = max(0, failures - int(ran // DECAY_SECONDS))
+    return RESPAWN_DELAYS[min(failures, len(RESPAWN_DELAYS) - 1)], failures + 1
+
+
+def user_uid(user: Optional[str]) -> Optional[int]:
+    """The uid of ``user``; None if there is no such user."""
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
 
 
 def session_name(agent: str, shell: Optional[str] = None) -> str:
@@ -69,8 +102,9 @@ class Runtime:
     activity: Activity = field(default_factory=Activity)
     watches: dict = field(default_factory=dict)  # role ("" = the agent) -> SessionWatch
     pids: dict = field(default_factory=dict)  # role -> pid
-    failures: int = 0
-    respawn: Optional[asyncio.Task] = None
+    failures: dict = field(default_factory=dict)  # role -> recent failures (back-off)
+    started: dict = field(default_factory=dict)  # role -> time.monotonic() of spawn/adopt
+    pending: set = field(default_factory=set)  # roles waiting out their back-off
     stopping: Optional[asyncio.Task] = None  # a down or restart ending its sessions
 
     def is_stopping(self) -> bool:
@@ -91,6 +125,33 @@ class Supervisor:
         self._retry: Optional[asyncio.Task] = None
         self.uid = os.getuid()  # the agents' user: the host runs our spawns as us
         self._refused: set[str] = set()  # sessions named like an agent's, not its own
+
+    # --- whose agents -------------------------------------------------------------------
+
+    def agent_uid(self, spec: Optional[Agent]) -> Optional[int]:
+        """The uid an agent's sessions run as: its ``user:``, else ours (None: no such
+        user, so no session can be its own)."""
+        if spec is None or spec.user is None:
+            return self.uid
+        return user_uid(spec.user)
+
+    def _record_uid(self, rt: Optional[Runtime], rec: AgentRecord) -> Optional[int]:
+        spec = rt.spec if rt is not None else None
+        if spec is None and rec.layout.get("spec"):
+            try:
+                spec = _spec_from_dict(rec.layout["spec"])
+            except Exception:  # a damaged record: only our own uid's sessions are ended
+                spec = None
+        return self.agent_uid(spec)
+
+    def may_drive(self, uid: int, name: str) -> bool:
+        """Whether ``uid`` may up/down/restart/attach to agent ``name``: root, our own
+        uid, and the agent's ``user:``."""
+        if uid in (0, self.uid):
+            return True
+        rt = self.runtimes.get(name)
+        return rt is not None and rt.spec.user is not None and \
+            user_uid(rt.spec.user) == uid
 
     # --- logging -----------------------------------------------------------------------
 
@@ -153,9 +214,10 @@ class Supervisor:
         self.event(name, f"{cause}: ending its {len(sids)} session(s)", "removed",
                    rec.session or "")
         if sids:
-            self._spawn_task(self._end_own(name, sids, cause))
+            self._spawn_task(self._end_own(name, sids, cause, self._record_uid(rt, rec)))
 
-    async def _end_own(self, name: str, sids: list[tuple[str, str]], cause: str) -> str:
+    async def _end_own(self, name: str, sids: list[tuple[str, str]], cause: str,
+                       uid: Optional[int]) -> str:
         """``_end_all`` of those the host still has as the agent's own (a registry from
         before the mark may name another user's session: it is left alone)."""
         try:
@@ -166,7 +228,7 @@ class Supervisor:
                        "stop-failed", level=logging.ERROR)
             return str(exc)
         own = [(role, sid) for role, sid in sids
-               if sid in live and self._owned(live[sid], recorded=True)]
+               if sid in live and self._owned(live[sid], uid, recorded=True)]
         kept = {sid for _, sid in own}
         for _, sid in sids:
             if sid not in kept:
@@ -220,24 +282,39 @@ class Supervisor:
                 self.save()
                 return
 
-    async def _reconcile(self, cause: str) -> None:
+    async def _reconcile(self, cause: str, only: Optional[str] = None) -> None:
+        """Adopt, else spawn, what each agent should have running; ``only``: just that
+        agent (a request about one agent neither touches another nor writes into its
+        history).  Sessions waiting out a back-off, and those left ended by their
+        restart policy, are not spawned."""
         live = await self.host.sessions()
         running = {s["id"]: s for s in live.values()
                    if s["state"] == "running" and s["id"] not in self.ending}
         by_name = {}
         for s in running.values():
-            if self._owned(s):
-                by_name.setdefault(s["name"], s)
+            name = s.get("name") or ""
+            agent = name[len(PREFIX):].partition("/")[0] if name.startswith(PREFIX) else ""
+            rt = self.runtimes.get(agent)
+            if self._owned(s, self.agent_uid(rt.spec) if rt else self.uid):
+                by_name.setdefault(name, s)
         claimed = set()
         for name, rt in self.runtimes.items():
             rec = self.registry.get(name)
+            if only is not None and name != only:
+                claimed.update(sid for sid in (rec.session, *rec.shells.values())
+                               if sid in running)
+                continue
             if rec.layout.get("down") or rt.is_stopping():
                 continue
+            uid = self.agent_uid(rt.spec)
+            exited = rec.layout.get("exited") or {}
             roles = [("", None)] + [(s.name, s) for s in rt.spec.shells]
             for role, shell in roles:
+                if role in rt.pending or role in exited:
+                    continue
                 sid = rec.session if not role else rec.shells.get(role)
                 found = running.get(sid) if sid else None
-                if found is not None and not self._owned(found, recorded=True):
+                if found is not None and not self._owned(found, uid, recorded=True):
                     found = None  # the registry's id, now someone else's: never theirs
                 how = "adopted its running session"
                 if found is None and session_name(name, role or None) in by_name:
@@ -249,27 +326,31 @@ class Supervisor:
                     continue
                 before = live.get(sid) if sid else None
                 if before is not None:
-                    why = f"its session {describe_exit(before)} while clowder-control was away"
+                    ended = f"its session {describe_exit(before)}"
+                    why = f"{ended} while clowder-control was away"
                     if not role:
                         rec.last_exit = {k: before.get(k) for k in ("exit_code", "signal")}
+                    if not restarts(rt.spec.restart, before.get("exit_code"),
+                                    before.get("signal")):
+                        self._exited(rt, rec, role, why)
+                        await self._forget(sid)
+                        continue
                 elif sid:
                     why = "its session is gone from the PTY host"
                 else:
                     why = "it was not running"
-                await self._spawn(rt, rec, role, resume=bool(sid) and not role,
-                                  cause=f"{why} ({cause})")
+                resume = not role and (bool(sid) or bool(rec.layout.get("resume")))
+                await self._spawn(rt, rec, role, resume=resume, cause=f"{why} ({cause})")
                 if before is not None:
                     await self._forget(sid)
+        # Plain sessions and other users' are listed by status; only a session named
+        # like an agent's that is not one is logged (once, by _owned).
         self.unclaimed = [s for s in running.values() if s["id"] not in claimed]
         self._refused &= set(running)  # said once per session, while it runs
-        for s in self.unclaimed:
-            log.warning("session %s (%s) is running but no agent claims it; left alone",
-                        s["id"], s["name"], extra={"CLOWDER_SESSION": s["id"],
-                                                   "CLOWDER_CAUSE": "unclaimed"})
 
-    def _owned(self, info: dict, recorded: bool = False) -> bool:
+    def _owned(self, info: dict, uid: Optional[int], recorded: bool = False) -> bool:
         """Whether a session may be adopted as an agent's: started by this daemon (the
-        host's mark) and running as the agents' user.  One named ``agent:...`` that is
+        host's mark) and running as the agent's user (``uid``: its ``user:``, else ours).  One named ``agent:...`` that is
         not is left alone, and said once.
 
         ``recorded``: the registry names this id, i.e. this daemon spawned it (ids are
@@ -278,13 +359,14 @@ class Supervisor:
         The uid still rules out another user's session (one an old clowder-control
         adopted by name and recorded); only root, or in a user manager the user itself,
         can make a session of the agents' uid."""
-        if info.get("uid") == self.uid and (info.get("agent") is True or recorded):
+        if uid is not None and info.get("uid") == uid and \
+                (info.get("agent") is True or recorded):
             return True
         name = info.get("name") or ""
         if name.startswith(PREFIX) and info["id"] not in self._refused:
             self._refused.add(info["id"])
             why = "not started by clowder-control" if info.get("agent") is not True \
-                else f"it runs as uid {info.get('uid')}, not {self.uid}"
+                else f"it runs as uid {info.get('uid')}, not {uid}"
             log.warning("session %s is named %r but is not an agent's (%s): never adopted, "
                         "left alone", info["id"], name, why,
                         extra={"CLOWDER_SESSION": info["id"],
@@ -292,18 +374,36 @@ class Supervisor:
         return False
 
     def _adopt(self, rt: Runtime, rec: AgentRecord, role: str, info: dict, cause: str):
+        known = rec.shells.get(role) if role else rec.session
+        if known == info["id"] and role in rt.watches:
+            return  # already ours: a reconcile for a reload or another agent says nothing
         self._record(rec, role, info["id"])
         rt.pids[role] = info["pid"]
-        if role not in rt.watches:
-            self._watch(rt, role, info["id"])
+        rt.started[role] = time.monotonic()
+        self._watch(rt, role, info["id"])
         self.event(rec.name, f"{role or 'agent'} session {info['id']} (pid {info['pid']}): "
                    f"{cause}", "adopt", info["id"])
 
-    def _record(self, rec: AgentRecord, role: str, sid: str) -> None:
+    def _record(self, rec: AgentRecord, role: str, sid: Optional[str]) -> None:
         if role:
-            rec.shells[role] = sid
+            if sid is None:
+                rec.shells.pop(role, None)
+            else:
+                rec.shells[role] = sid
         else:
             rec.session = sid
+
+    def _exited(self, rt: Runtime, rec: AgentRecord, role: str, what: str) -> None:
+        """A session that ended by itself stays ended, as its restart policy says,
+        until ``up`` or ``restart`` (kept in the registry: a restart of this daemon
+        does not bring it back).  The agent's resume command is used then."""
+        note = f"{what}: not restarted (restart: {rt.spec.restart})"
+        exited = {**(rec.layout.get("exited") or {}), role: note}
+        rec.layout = {**rec.layout, "exited": exited, **({} if role else {"resume": True})}
+        self._record(rec, role, None)
+        if not role:
+            rec.cause = note
+        self.event(rec.name, f"{role or 'agent'} {note}", "not-restarted")
 
     async def _spawn(self, rt: Runtime, rec: AgentRecord, role: str, resume: bool,
                      cause: str) -> None:
@@ -316,10 +416,18 @@ class Supervisor:
             cwd = spec.cwd
         cols, rows = spec.size or (120, 40)
         env = {**agent_base_env(os.environ), **spec.env}
+        uid = self.agent_uid(spec)
+        if uid is None:
+            rec.cause = f"cannot spawn: user {spec.user!r} does not exist"
+            self.event(spec.name, f"cannot spawn {role or 'agent'}: user {spec.user!r} "
+                       "does not exist", "spawn-failed", level=logging.ERROR)
+            return
+        # Our own uid is named by none: a user manager's host refuses any name.
+        user = spec.user if uid != self.uid else None
         try:
             reply = await self.host.request(protocol.Spawn(
                 argv=argv, name=session_name(spec.name, role or None), cwd=cwd, env=env,
-                cols=cols, rows=rows), protocol.SessionInfo)
+                cols=cols, rows=rows, user=user), protocol.SessionInfo)
         except HostError as exc:
             rec.cause = f"spawn failed: {exc}"
             self.event(spec.name, f"cannot spawn {role or 'agent'}: {exc}", "spawn-failed",
@@ -328,10 +436,12 @@ class Supervisor:
         info = reply.session
         self._record(rec, role, info["id"])
         rt.pids[role] = info["pid"]
+        rt.started[role] = time.monotonic()
         if not role:
             rec.cause = cause
             rec.spawned_at = time.time()
             rec.spawns += 1
+            rec.layout = {k: v for k, v in rec.layout.items() if k != "resume"}
         self._watch(rt, role, info["id"])
         what = "agent (resume command)" if resume and spec.resume and not role else \
             (role or "agent")
@@ -353,31 +463,47 @@ class Supervisor:
         rt.watches[role] = SessionWatch(self.host_path, sid, output, ended)
 
     async def _ended(self, rt: Runtime, role: str, sid: str, msg: protocol.Exited) -> None:
-        """A watched session ended while we run: record why, and bring it back."""
+        """A watched session ended while we run: record why, and bring it back if its
+        restart policy says so, after its back-off."""
         name = rt.spec.name
         rec = self.registry.get(name)
         if rec is None or rt.watches.get(role) is None:
             return
         rt.watches.pop(role, None)
+        rt.pids.pop(role, None)
         if rt.is_stopping():
             return
+        ran = time.monotonic() - rt.started.pop(role, time.monotonic())
         how = describe_exit({"exit_code": msg.exit_code, "signal": msg.signal})
         if not role:
             rec.last_exit = {"exit_code": msg.exit_code, "signal": msg.signal,
                              "at": time.time()}
-        self.event(name, f"{role or 'agent'} session {sid} {how}", "exit", sid)
-        self.save()
+        self.event(name, f"{role or 'agent'} session {sid} {how} after {ran:.0f} s",
+                   "exit", sid)
         await self._forget(sid)
+        policy = rt.spec.restart
         if rec.layout.get("down"):
+            self.save()
             return
-        delay = RESPAWN_DELAYS[min(rt.failures, len(RESPAWN_DELAYS) - 1)]
-        rt.failures += 1
-        await asyncio.sleep(delay)
+        if not restarts(policy, msg.exit_code, msg.signal):
+            self._exited(rt, rec, role, f"its session {how}")
+            self.save()
+            return
+        delay, rt.failures[role] = backoff(rt.failures.get(role, 0), ran)
+        self.save()
+        rt.pending.add(role)
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            rt.pending.discard(role)
         async with self._lock:
             if rec.layout.get("down") or role in rt.watches or rt.is_stopping() or \
-                    self.runtimes.get(name) is not rt:
+                    self.runtimes.get(name) is not rt or \
+                    role in (rec.layout.get("exited") or {}):
                 return
-            await self._spawn(rt, rec, role, resume=not role, cause=f"its session {how}")
+            await self._spawn(rt, rec, role, resume=not role,
+                              cause=f"its session {how} (restart: {policy}; back-off "
+                                    f"{delay} s)")
             self.save()
 
     async def _forget(self, sid: str) -> None:
@@ -395,9 +521,10 @@ class Supervisor:
         async with self._lock:
             rec = self._known(name)
             await self.host.sessions(timeout=PROBE_TIMEOUT)  # a frozen host: fail now
-            rec.layout = {**rec.layout, "down": False}
-            self.runtimes[name].failures = 0
-            await self._reconcile(f"up requested for {name}")
+            rec.layout = {k: v for k, v in rec.layout.items() if k != "exited"}
+            rec.layout["down"] = False
+            self.runtimes[name].failures.clear()
+            await self._reconcile(f"up requested for {name}", only=name)
             self.save()
         return self.agent_status(name)
 
@@ -422,7 +549,9 @@ class Supervisor:
             stopping = rt.stopping
         return await asyncio.shield(stopping)
 
-    async def restart(self, name: str) -> dict:
+    async def restart(self, name: str, shells: bool = False) -> dict:
+        """End the agent's session and start it with its normal command; its shells
+        too only with ``shells`` (else they are left running, as they are)."""
         async with self._lock:
             rec = self._known(name)
             rt = self.runtimes[name]
@@ -430,17 +559,20 @@ class Supervisor:
                 raise HostError(f"agent {name} is being stopped: try again when it is down",
                                 "busy")
             live = await self.host.sessions(timeout=PROBE_TIMEOUT)  # frozen: fail now
+            sids = self._detach(rt, rec, live, roles=None if shells else {""})
             rt.stopping = asyncio.get_running_loop().create_task(
-                self._stop(name, rt, rec, self._detach(rt, rec, live), "restart requested"))
+                self._stop(name, rt, rec, sids, "restart requested"))
             stopping = rt.stopping
         await asyncio.shield(stopping)
         async with self._lock:
             rec = self._known(name)
             rec.session = None
-            rec.shells = {}
-            rec.layout = {**rec.layout, "down": False}
-            self.runtimes[name].failures = 0
-            await self._reconcile(f"restart requested for {name}")
+            if shells:
+                rec.shells = {}
+            rec.layout = {k: v for k, v in rec.layout.items() if k not in ("exited", "resume")}
+            rec.layout["down"] = False
+            self.runtimes[name].failures.clear()
+            await self._reconcile(f"restart requested for {name}", only=name)
             self.save()
         return self.agent_status(name)
 
@@ -451,20 +583,21 @@ class Supervisor:
         return rec
 
     def _detach(self, rt: Optional[Runtime], rec: AgentRecord,
-                live: Optional[dict] = None) -> list[tuple[str, str]]:
-        """Stop watching the agent's sessions (so their end is not a respawn); the
-        (role, session id) pairs to end (those the host still has, if ``live`` is its
-        list), now marked as ending."""
+                live: Optional[dict] = None, roles: Optional[set] = None
+                ) -> list[tuple[str, str]]:
+        """Stop watching the agent's sessions (``roles`` only, "" the agent; all if
+        None), so that their end is not a respawn; the (role, session id) pairs to end
+        (those the host still has, if ``live`` is its list), now marked as ending."""
         if rt is not None:
-            for watch in rt.watches.values():
-                watch.cancel()
-            rt.watches.clear()
+            for role in [r for r in rt.watches if roles is None or r in roles]:
+                rt.watches.pop(role).cancel()
+        uid = self._record_uid(rt, rec)
         # With the host's list, only sessions that are the agent's own: a registry
         # written before the host marked them may name a session someone else made.
         sids = [(role, sid) for role, sid in [("", rec.session), *rec.shells.items()]
-                if sid and sid not in self.ending
+                if sid and sid not in self.ending and (roles is None or role in roles)
                 and (live is None
-                     or (sid in live and self._owned(live[sid], recorded=True)))]
+                     or (sid in live and self._owned(live[sid], uid, recorded=True)))]
         self.ending.update(sid for _, sid in sids)
         return sids
 
@@ -472,8 +605,16 @@ class Supervisor:
                     sids: list[tuple[str, str]], cause: str) -> str:
         how = await self._end_all(name, sids, cause)
         rec.layout = {**rec.layout, "stopped": how}
-        rt.pids.clear()
         self.event(name, f"stopped: {cause}: {how}", "stop", rec.session or "")
+        # Forgotten, so that a later up says why it starts (and not that a session is
+        # gone); the agent comes back with its resume command.
+        for role, sid in sids:
+            rt.pids.pop(role, None)
+            rt.started.pop(role, None)
+            if (rec.shells.get(role) if role else rec.session) == sid:
+                self._record(rec, role, None)
+                if not role:
+                    rec.layout = {**rec.layout, "resume": True}
         self.save()
         return how
 
@@ -521,8 +662,9 @@ class Supervisor:
         now = time.time()
         busy, why = rt.activity.state(now)
         down = bool(rec.layout.get("down"))
+        exited = rec.layout.get("exited") or {}
         state = "stopping" if rt.is_stopping() else "down" if down else \
-            "running" if "" in rt.watches else "starting"
+            "running" if "" in rt.watches else "exited" if "" in exited else "starting"
         return {
             "name": name,
             "state": state,
@@ -531,22 +673,31 @@ class Supervisor:
             "activity": "down" if down else busy, "activity_reason": why,
             "last_exit": rec.last_exit, "cause": rec.cause, "spawns": rec.spawns,
             "stopped": rec.layout.get("stopped") if down else None,
-            "cwd": rt.spec.cwd,
+            "cwd": rt.spec.cwd, "restart": rt.spec.restart, "user": rt.spec.user,
+            "exited": exited.get(""),
             "shells": [{"name": s.name, "session": rec.shells.get(s.name),
                         "pid": rt.pids.get(s.name), "split": s.split, "percent": s.percent,
-                        "running": s.name in rt.watches} for s in rt.spec.shells],
+                        "running": s.name in rt.watches, "exited": exited.get(s.name)}
+                       for s in rt.spec.shells],
         }
 
     def status(self, viewer: Optional[int] = None) -> dict:
         """Everything, for root and this daemon's uid (``viewer`` None); for another uid
-        only what is theirs: the sessions they run, agents if they run as them (they run
-        as this daemon's uid), and no problems (they name agents, paths and files)."""
+        only what is theirs: the agents whose ``user:`` they are, the sessions they run,
+        and no problems (they name agents, paths and files).  Running sessions no agent
+        has are ``sessions`` (plain ones, not a problem) and ``unclaimed`` (named like
+        an agent's, but not one)."""
         everything = viewer is None or viewer in (0, self.uid)
-        return {"agents": [self.agent_status(n) for n in sorted(self.runtimes)]
-                if everything else [],
-                "unclaimed": [{k: s.get(k) for k in ("id", "name", "pid", "unit")}
-                              for s in self.unclaimed
-                              if everything or s.get("uid") == viewer],
+        mine = [s for s in self.unclaimed if everything or s.get("uid") == viewer]
+
+        def brief(s: dict) -> dict:
+            return {k: s.get(k) for k in ("id", "name", "pid", "unit")}
+        return {"agents": [self.agent_status(n) for n in sorted(self.runtimes)
+                           if everything or self.may_drive(viewer, n)],
+                "sessions": [brief(s) for s in mine
+                             if not (s.get("name") or "").startswith(PREFIX)],
+                "unclaimed": [brief(s) for s in mine
+                              if (s.get("name") or "").startswith(PREFIX)],
                 "problems": list(self.problems) if everything else []}
 
 
@@ -562,4 +713,5 @@ def _spec_from_dict(d: dict) -> Agent:
                  size=tuple(d["size"]) if d.get("size") else None,
                  shells=tuple(Shell(name=s["name"], command=tuple(s["command"]),
                                     split=s["split"], percent=s["percent"], cwd=s["cwd"])
-                              for s in d.get("shells") or ()))
+                              for s in d.get("shells") or ()),
+                 restart=d.get("restart") or "on-failure", user=d.get("user"))

@@ -617,3 +617,46 @@ def test_config_is_a_clowderctl_command():
     r = ctl("--help")
     assert r.returncode == 0
     assert re.search(r"^\s+config\s", r.stdout, re.M)
+
+
+# --- restart policy and user (issue 14, points 8 and 9) --------------------------------
+
+def test_restart_and_user_load_with_their_defaults():
+    a, b = parse(agent("restart: never\n    user: alice") +
+                 "  - {name: b, command: x, cwd: /w}\n").agents
+    assert (a.restart, a.user) == ("never", "alice")
+    assert (b.restart, b.user) == ("on-failure", None)
+    assert config.from_dict(config.to_dict(Config(1, (a, b)))).agents == (a, b)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("restart: sometimes", "clowder.yaml:5: agents[0].restart: must be 'on-failure', "
+     "'always' or 'never', got 'sometimes'"),
+    ("restart: no", "clowder.yaml:5: agents[0].restart: expected the string 'on-failure', "
+     "'always' or 'never', got boolean 'no' (quote it to make it a string)"),
+    ("restart: [always]", "clowder.yaml:5: agents[0].restart: expected the string "
+     "'on-failure', 'always' or 'never', got a list"),
+    ("user: Alice", "clowder.yaml:5: agents[0].user: invalid user name 'Alice': use a "
+     "login name"),
+    ("user: 1000", "clowder.yaml:5: agents[0].user: expected a user name, got integer "
+     "'1000'"),
+    ("user: ../root", "clowder.yaml:5: agents[0].user: invalid user name '../root'"),
+    ("rstart: never", "clowder.yaml:5: agents[0]: unknown key 'rstart' (did you mean "
+     "'restart'?)"),
+])
+def test_bad_restart_and_user_are_clear_errors(extra, message, tmp_path):
+    assert any(m.startswith(message) for m in errors(agent(extra))), errors(agent(extra))
+    path = tmp_path / "clowder.yaml"
+    path.write_text(agent(extra))
+    r = ctl("config", "check", str(path))
+    assert r.returncode == 1 and message.replace("clowder.yaml", str(path)) in r.stderr, r
+
+
+def test_check_warns_of_a_user_that_does_not_exist(tmp_path):
+    path = tmp_path / "clowder.yaml"
+    path.write_text(agent("user: no-such-user-here", head=f"name: a\n    command: x\n"
+                                                            f"    cwd: {tmp_path}"))
+    r = ctl("config", "check", str(path))
+    assert r.returncode == 0, r
+    assert r.stderr == (f"{path}: warning: agent 'a': user 'no-such-user-here' does not "
+                        "exist on this machine: the agent cannot start\n")

@@ -144,15 +144,27 @@ def test_agent_killed_while_control_stopped_comes_back_resumed(host, control):
     assert after["shells"][0]["split"] == "right" and after["shells"][0]["percent"] == 40
 
 
-def test_unclaimed_session_is_reported_not_killed(host, control):
+def test_a_plain_session_is_listed_apart_not_killed_nor_logged(host, control):
+    """Issue 14, point 8: a plain session is listed under SESSIONS, not as a problem,
+    and reloads write no journal line about it."""
     control.write_config("agents: []\n")
     stray = host.spawn("sleep", "100000", name="stray")
     control.restart()
-    st = wait_for(lambda: (lambda s: s if s["unclaimed"] else None)(control.status()), 10,
-                  "the unclaimed session to be reported")
-    assert [u["id"] for u in st["unclaimed"]] == [stray]
+    st = wait_for(lambda: (lambda s: s if s["sessions"] else None)(control.status()), 10,
+                  "the plain session to be listed")
+    assert [u["id"] for u in st["sessions"]] == [stray] and st["unclaimed"] == [], st
     assert host.ps()[stray]["state"] == "running"
-    assert b"no agent claims it" in host.ctl("status").stdout
+    out = host.ctl("status").stdout.decode()
+    assert stray in out and "SESSION" in out and "claims" not in out, out
+    for _ in range(3):
+        host.systemctl("reload", "clowder-control.service")
+    control.status()
+    unit = ["-u", "clowder-control.service"] if host.scope == "system" else \
+        ["_SYSTEMD_USER_UNIT=clowder-control.service", f"_UID={host.uid}"]
+    lines = subprocess.run(["journalctl", "--no-pager", "-o", "json", *unit,
+                            f"CLOWDER_SESSION={stray}"], capture_output=True,
+                           check=True).stdout.splitlines()
+    assert lines == [], lines
 
 
 def test_bad_config_and_half_written_registry(host, control):
@@ -236,3 +248,91 @@ def test_attach_through_control_survives_its_restart(host, control):
     finally:
         a.close()
     assert control.agents()["tty"]["pid"] == info["pid"]
+
+
+# --- issue 14, point 8: true causes, restart policies, restart leaves the shells -------
+
+def test_causes_name_the_right_agent_and_the_true_reason(host, control):
+    control.write_config("agents:\n" + agent_yaml(
+        "alpha", "sleep 100000", control.workdir) + agent_yaml(
+        "beta", "sleep 100000", control.workdir))
+    before = control.wait_running(["alpha", "beta"])
+    host.ctl("down", "beta", timeout=40)
+    host.ctl("up", "beta", timeout=40)
+    after = control.wait_running(["alpha", "beta"])
+    assert "gone" not in after["beta"]["cause"], after["beta"]["cause"]
+    assert "up requested for beta" in after["beta"]["cause"], after["beta"]["cause"]
+    assert after["alpha"]["cause"] == before["alpha"]["cause"]
+    host.ctl("restart", "beta", timeout=40)
+    control.wait_running(["beta"])
+    alpha = control.journal("alpha")
+    assert not [e["MESSAGE"] for e in alpha if "beta" in e["MESSAGE"]], \
+        "up/down/restart of beta wrote into alpha's history"
+    assert {e["CLOWDER_CAUSE"] for e in alpha} == {"spawn"}, alpha
+
+
+def policy_yaml(name: str, command: str, workdir: str, policy: str = "") -> str:
+    text = agent_yaml(name, command, workdir)
+    return text.replace("    shells:", f"    restart: {policy}\n    shells:") if policy \
+        else text
+
+
+def test_the_back_off_grows_and_decays():
+    """The numbers README.md documents: 0.5, 1, 2, 5, 10, then 30 s; each 30 s run
+    forgives one failure."""
+    from controld.supervisor import backoff, restarts
+    failures, delays = 0, []
+    for _ in range(8):  # a crash loop: each run shorter than 30 s
+        delay, failures = backoff(failures, 1.0)
+        delays.append(delay)
+    assert delays == [0.5, 1, 2, 5, 10, 30, 30, 30]
+    assert backoff(failures, 29.9) == (30, failures + 1)
+    assert backoff(5, 60) == (5, 4)  # two failures forgiven
+    assert backoff(8, 86400) == (0.5, 1)  # a day's run: as the first crash
+    assert [restarts(p, 0, None) for p in ("on-failure", "always", "never")] == \
+        [False, True, False]
+    assert [restarts(p, 3, None) for p in ("on-failure", "always", "never")] == \
+        [True, True, False]
+    assert restarts("on-failure", None, 9)
+
+
+def test_restart_policies(host, control):
+    """on-failure (the default) leaves an exit 0 ended and brings back a failure;
+    always brings back an exit 0; never leaves a failure ended; up brings them back."""
+    once = "sh -c 'sleep 1; exit {code}'"
+    control.write_config("agents:\n" + policy_yaml(
+        "zero", once.format(code=0), control.workdir) + policy_yaml(
+        "fails", once.format(code=3), control.workdir) + policy_yaml(
+        "again", once.format(code=0), control.workdir, "always") + policy_yaml(
+        "never", once.format(code=3), control.workdir, "never"))
+
+    def spawns(name, n):
+        return wait_for(lambda: (lambda a: a if a["spawns"] >= n else None)(
+            control.agents()[name]), 60, f"{name} to be spawned {n} times")
+    assert "restart: always" in spawns("again", 2)["cause"]
+    assert "restart: on-failure" in spawns("fails", 2)["cause"]
+    for name, code in (("zero", 0), ("never", 3)):
+        a = wait_for(lambda: (lambda a: a if a["state"] == "exited" else None)(
+            control.agents()[name]), 30, f"{name} to stay exited")
+        assert a["spawns"] == 1 and a["last_exit"]["exit_code"] == code, a
+        assert "not restarted" in a["cause"], a["cause"]
+    control.restart()  # a restart of clowder-control does not bring them back
+    wait_for(lambda: len(control.agents()) == 4, 20, "the control daemon to answer")
+    assert control.agents()["zero"]["state"] == "exited"
+    assert control.agents()["zero"]["spawns"] == 1
+    host.ctl("up", "zero", timeout=40)
+    assert control.agents()["zero"]["spawns"] == 2
+
+
+def test_restart_leaves_the_shells_unless_asked(host, control):
+    control.write_config("agents:\n" + agent_yaml("api", "sleep 100000", control.workdir))
+    before = control.wait_running(["api"])["api"]
+    host.ctl("restart", "api", timeout=40)
+    after = control.wait_running(["api"])["api"]
+    assert after["session"] != before["session"]
+    assert after["shells"][0]["session"] == before["shells"][0]["session"]
+    assert after["shells"][0]["pid"] == before["shells"][0]["pid"]
+    assert host.ps()[before["shells"][0]["session"]]["state"] == "running"
+    host.ctl("restart", "api", "--shells", timeout=40)
+    again = control.wait_running(["api"])["api"]
+    assert again["shells"][0]["session"] != before["shells"][0]["session"]

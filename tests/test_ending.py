@@ -99,7 +99,8 @@ def test_agent_removed_from_the_config_is_stopped_and_gone(host, control):
     control.restart()
     st = wait_for(lambda: (lambda s: s if s["agents"] else None)(control.status()), 20,
                   "clowder-control to answer after its restart")
-    assert [a["name"] for a in st["agents"]] == ["keep"] and not st["unclaimed"], st
+    assert [a["name"] for a in st["agents"]] == ["keep"] and not st["unclaimed"] and \
+        not st["sessions"], st
 
 
 def test_status_answers_while_the_host_is_frozen(host, control):

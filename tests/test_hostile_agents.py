@@ -280,19 +280,20 @@ def test_member_cannot_take_an_agents_name(host, control):
 @pytest.mark.parametrize("host", ["system"], indirect=True)
 def test_status_shows_a_member_only_their_own(host, control):
     name = bob()
-    # Before clowder-control starts: its reconcile is what lists unclaimed sessions.
+    # Before clowder-control starts: its reconcile is what lists the plain sessions.
     roots = host.spawn("sleep", "100000", name="roots-own")
     bobs = host.spawn("sleep", "100000", name="bobs-own", user=name)
     control.write_config("agents:\n" + agent_yaml("api", "sleep 100000", control.workdir))
     control.wait_running(["api"])
     st = json.loads(host.ctl("status", "--json", user=name).stdout)
     assert st["agents"] == [], st["agents"]
-    assert [s["id"] for s in st["unclaimed"]] == [bobs], st["unclaimed"]
+    assert [s["id"] for s in st["sessions"]] == [bobs], st["sessions"]
+    assert st["unclaimed"] == [], st["unclaimed"]
     assert st["problems"] == [] and "sessions" not in st["host"], st
     text = host.ctl("status", user=name).stdout.decode()
     assert "api" not in text and roots not in text and bobs in text, text
     full = control.status()
-    assert {roots, bobs} <= {s["id"] for s in full["unclaimed"]}
+    assert {roots, bobs} <= {s["id"] for s in full["sessions"]}
     assert [a["name"] for a in full["agents"]] == ["api"]
     assert set(host.ps(user=name)) == {bobs}, "ps lists only bob's own sessions"
     host.ctl("kill", roots)
@@ -358,3 +359,58 @@ def test_a_hostile_name_from_the_wire_is_printed_escaped(host, control):
     r = host.ctl("kill", HOSTILE + "-nope", check=False)
     assert "\x1b" not in r.stderr.decode(), r.stderr
     host.ctl("kill", sid)
+
+
+# --- issue 14, point 9: an agent's `user:` drives it, nobody else does -----------------
+
+def attach_reply(host, agent: str, user: str):
+    """What clowder-control answers ``user``'s Attach to ``agent`` with."""
+    code = ("import sys, clowder_wire as P\n"
+            "from ctl.client import Client, RequestFailed\n"
+            "with Client(sys.argv[1], timeout=10, peer='clowder-control') as c:\n"
+            "    c.send(P.Attach(session=sys.argv[2], cols=80, rows=24, replay=0))\n"
+            "    try:\n"
+            "        print(type(c.recv()).__name__)\n"
+            "    except RequestFailed as exc:\n"
+            "        print('Error', exc)\n")
+    return host.run([PYTHON, "-c", code, control_socket(host), agent], user=user,
+                    timeout=30).stdout.decode()
+
+
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_an_agents_user_drives_it_and_no_other_member_does(host, control):
+    alice = ensure_user("alice", 2001, "clowder")
+    other = bob()
+    workdir = "/home/alice/agent-work"
+    os.makedirs(workdir, exist_ok=True)
+    os.chown(workdir, alice, alice)
+    text = agent_yaml("hers", "sleep 100000", workdir)
+    control.write_config("agents:\n" + text.replace(
+        "    shells:", "    user: alice\n    shells:") + agent_yaml(
+        "roots", "sleep 100000", control.workdir))
+    info = control.wait_running(["hers", "roots"])["hers"]
+    assert host.ps(user="alice")[info["session"]]["uid"] == alice, "runs as alice"
+    st = json.loads(host.ctl("status", "--json", user="alice").stdout)
+    assert [a["name"] for a in st["agents"]] == ["hers"], st["agents"]
+    # The hostile member: every verb on an agent that is not theirs is refused.
+    for verb in ("up", "down", "restart"):
+        r = host.ctl(verb, "hers", user=other, check=False, timeout=40)
+        assert r.returncode != 0 and b"may not change agent 'hers'" in r.stderr, r
+    assert "Error" in attach_reply(host, "hers", other) and \
+        "may not attach to agent 'hers'" in attach_reply(host, "hers", other)
+    assert "may not attach" in attach_reply(host, "hers/sh", other)
+    assert json.loads(host.ctl("status", "--json", user=other).stdout)["agents"] == []
+    same = control.agents()["hers"]
+    assert (same["session"], same["pid"], same["state"]) == \
+        (info["session"], info["pid"], "running"), "bob's tries touched it"
+    # Alice may drive hers, and not root's.
+    assert attach_reply(host, "hers", "alice").startswith("Attached")
+    assert "may not attach" in attach_reply(host, "roots", "alice")
+    r = host.ctl("down", "roots", user="alice", check=False, timeout=40)
+    assert r.returncode != 0 and b"may not change agent 'roots'" in r.stderr, r
+    host.ctl("restart", "hers", user="alice", timeout=40)
+    host.ctl("down", "hers", user="alice", timeout=40)
+    assert control.agents()["hers"]["state"] == "down"
+    host.ctl("up", "hers", user="alice", timeout=40)
+    again = control.wait_running(["hers"])["hers"]
+    assert again["session"] != info["session"] and again["spawns"] == 3

@@ -26,7 +26,7 @@ def test_other_user_cannot_down_or_kill(host, control):
     ensure_user("bob", 2002, "clowder")
     for verb in ("down", "restart"):
         r = host.ctl(verb, "mine", user="bob", check=False)
-        assert r.returncode != 0 and b"uid 2002 may not change agents" in r.stderr, r
+        assert r.returncode != 0 and b"uid 2002 may not change agent 'mine'" in r.stderr, r
     for args in (["kill", info["session"]], ["kill", "--signal", "KILL", info["session"]],
                  ["kill", "agent:mine"]):
         r = host.ctl(*args, user="bob", check=False, timeout=20)

@@ -34,7 +34,10 @@ class _Supervisor:
         self.host_path = "/nonexistent/ptyhost.sock"
 
     def status(self, viewer=None):
-        return {"agents": [{"name": "a"}], "unclaimed": [], "problems": []}
+        return {"agents": [{"name": "a"}], "sessions": [], "unclaimed": [], "problems": []}
+
+    def may_drive(self, uid: int, name: str) -> bool:
+        return True  # the tests' client is the daemon's own uid
 
     def workdir(self, name: str) -> str:
         if name != "a":
@@ -44,7 +47,7 @@ class _Supervisor:
     def session_of(self, ref: str):
         return None
 
-    async def up(self, name):
+    async def up(self, name, shells=False):
         raise KeyError(name)
 
     down = restart = up

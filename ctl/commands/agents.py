@@ -12,16 +12,22 @@ def add_parser(sub):
     for name, helptext in (("up", "start an agent and its shells"),
                            ("down", "stop an agent and its shells (SIGHUP, then SIGTERM, "
                                     "then SIGKILL) and keep it down"),
-                           ("restart", "restart an agent with its normal command")):
+                           ("restart", "restart an agent with its normal command (its "
+                                       "shells are left running unless --shells)")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("agent", metavar="AGENT")
+        if name == "restart":
+            p.add_argument("--shells", action="store_true",
+                           help="restart its companion shells too")
         p.add_argument("--json", action="store_true", help="print the agent as JSON")
         p.set_defaults(run=run, verb=name)
 
 
 def run(args) -> int:
-    msg = {"up": protocol.AgentUp, "down": protocol.AgentDown,
-           "restart": protocol.AgentRestart}[args.verb](agent=args.agent)
+    if args.verb == "restart":
+        msg = protocol.AgentRestart(agent=args.agent, shells=args.shells)
+    else:
+        msg = {"up": protocol.AgentUp, "down": protocol.AgentDown}[args.verb](agent=args.agent)
     expect = protocol.Ok if args.verb == "down" else protocol.AgentInfo
     with Client(args.control_socket or default_control_socket()) as c:
         reply = c.request(msg, expect)

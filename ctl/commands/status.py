@@ -1,4 +1,5 @@
-"""clowderctl status: agents, their sessions, busy/idle, uptime, last exit, shells."""
+"""clowderctl status: agents, their sessions, busy/idle, uptime, last exit, shells; then
+the plain sessions (no agent's), then sessions named like an agent's that are not one."""
 
 import json
 
@@ -32,29 +33,45 @@ def _exit(last) -> str:
     return str(last.get("exit_code", "?"))
 
 
+def _shell_state(shell: dict) -> str:
+    if shell["running"]:
+        return ""
+    return "(exited)" if shell.get("exited") else "(down)"
+
+
+def _table(rows: list[tuple]) -> None:
+    """Columns padded to the widest cell; the last one is not padded."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1])
+
+
 def run(args) -> int:
     with Client(args.control_socket or default_control_socket()) as c:
         rep = c.request(protocol.GetStatus(), protocol.StatusReport)
     if args.json:
-        print(json.dumps({"agents": rep.agents, "unclaimed": rep.unclaimed,
-                          "problems": rep.problems, "host": rep.host}))
+        print(json.dumps({"agents": rep.agents, "sessions": rep.sessions,
+                          "unclaimed": rep.unclaimed, "problems": rep.problems,
+                          "host": rep.host}))
         return 0
     rows = [("AGENT", "STATE", "ACTIVITY", "PID", "SESSION", "UPTIME", "LAST EXIT", "SHELLS",
              "CAUSE")]
     for a in rep.agents:
-        shells = ",".join(f"{s['name']}{'' if s['running'] else '(down)'}"
-                          for s in a["shells"]) or "-"
+        shells = ",".join(f"{s['name']}{_shell_state(s)}" for s in a["shells"]) or "-"
         # Escaped: names and causes come from configuration and the host.
         rows.append(tuple(shown(v) for v in (
             a["name"], a["state"], a["activity"], str(a["pid"] or "-"), a["session"] or "-",
             _uptime(a["uptime"]), _exit(a["last_exit"]), shells,
             (a.get("stopped") if a["state"] == "down" else None) or a["cause"] or "-")))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1])
+    _table(rows)
+    if rep.sessions:
+        print()
+        _table([("SESSION", "PID", "NAME")] + [
+            (shown(s["id"]), shown(s["pid"] or "-"), shown(s["name"] or "-"))
+            for s in rep.sessions])
     for s in rep.unclaimed:
         print(f"unclaimed session {shown(s['id'])} ({shown(s['name'])}, pid "
-              f"{shown(s['pid'])}): no agent claims it")
+              f"{shown(s['pid'])}): named like an agent's but not one; left alone")
     for p in rep.problems:
         print(f"problem: {shown(p)}")
     if not rep.host.get("answering", rep.host.get("reachable", True)):
