@@ -250,6 +250,55 @@ def test_attach_through_control_survives_its_restart(host, control):
     assert control.agents()["tty"]["pid"] == info["pid"]
 
 
+def test_attach_to_an_agent_follows_it_through_restart_and_crash(host, control):
+    """Issue 14 point 4: `attach --agent A` stays attached through `restart A` and a crash
+    of A: a notice line, then the new session's repaint, and typing goes to it."""
+    from test_attach import DETACH, Attach
+    control.write_config("agents:\n" + agent_yaml(
+        "tty", ["sh", "-c", "echo agent-up-$$; PS1='tty$ ' exec sh -i"], control.workdir))
+    first = control.wait_running(["tty"])["tty"]
+    a = Attach(host, "tty", "--agent")
+    try:
+        a.wait_raw()
+        a.expect(b"agent-up", what="the agent's backlog through clowder-control")
+        host.ctl("restart", "tty", timeout=40)
+        a.expect(b"waiting for the agent's next session", timeout=30,
+                 what="the notice that the agent's session ended")
+        a.expect(b"\x1bc", timeout=30, what="the repaint of the agent's new session")
+        second = control.wait_running(["tty"])["tty"]
+        assert second["session"] != first["session"]
+        a.type(b"echo after-restart-$((3+4))\r")
+        a.expect(b"after-restart-7", what="typing into the agent's new session")
+        os.kill(second["pid"], 9)  # a crash: on-failure brings it back
+        a.expect(b"(signal 9); waiting for the agent's next session", timeout=30,
+                 what="the notice of the crash")
+        a.expect(b"\x1bc", timeout=30, what="the repaint of the session after the crash")
+        a.expect(re.compile(rb"agent-up-\d+"), timeout=30,
+                 what="the new session's output after the crash")
+        a.type(b"echo after-crash-$((4+5))\r")
+        a.expect(b"after-crash-9", what="typing after the crash")
+        a.type(DETACH)
+        assert a.finish() == 0
+    finally:
+        a.close()
+
+
+def test_attach_to_an_agent_that_is_brought_down_ends(host, control):
+    """`down` (or a policy that keeps it ended) is the end of `attach --agent`."""
+    from test_attach import Attach
+    control.write_config("agents:\n" + agent_yaml(
+        "tty", ["sh", "-c", "echo agent-up; exec sleep 100000"], control.workdir))
+    control.wait_running(["tty"])
+    a = Attach(host, "tty", "--agent")
+    try:
+        a.wait_raw()
+        a.expect(b"agent-up", what="the agent's backlog")
+        host.ctl("down", "tty", timeout=40)
+        assert a.finish() != 0, "attach --agent did not end when its agent went down"
+    finally:
+        a.close()
+
+
 # --- issue 14, point 8: true causes, restart policies, restart leaves the shells -------
 
 def test_causes_name_the_right_agent_and_the_true_reason(host, control):

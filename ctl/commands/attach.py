@@ -76,6 +76,7 @@ class _Session:
         self.out_total = 0  # bytes of frames the socket took on this connection
         self.inflight: collections.deque = collections.deque()  # (frame end, seq after)
         self.history = b""  # text put into the scrollback before the first repaint
+        self.session_id = None  # the session the host attached us to (Attached)
 
     def run(self, first: bool) -> tuple[str, object]:
         self.resized = False  # the Attach below carries the current size
@@ -87,6 +88,7 @@ class _Session:
                                    read_only=self.args.read_only,
                                    token=None if self.args.read_only else self.token))
             attached = c.recv()  # Attached (errors raise)
+            self.session_id = (attached.session or {}).get("id")
             if first:
                 _banner(self.args)  # only now: the host may refuse (no such session)
         except (ClientError, OSError) as exc:
@@ -386,10 +388,20 @@ def run(args) -> int:
         while True:
             why, msg = session.run(first)
             first = False
-            if why != "dropped":
-                break
-            # The host restarted: it comes back with the session; reattach.
-            _wait_for_host(args.target)
+            if why == "dropped":
+                # The host restarted: it comes back with the session; reattach.
+                _wait_for_host(args.target)
+                continue
+            if why == "exited" and args.agent:
+                # The agent's session ended: follow the agent to its next one, if
+                # clowder-control brings it back (a restart, or its policy after a crash).
+                _say(f"\r\n[clowder: {args.session}: session {session.session_id} ended "
+                     f"({_how(msg)}); waiting for the agent's next session]")
+                if _next_session(args, session.session_id):
+                    # Keys typed to the old session are not the new one's to receive.
+                    session = _Session(args, key, wakeup, outer)
+                    continue
+            break
     except _Killed as exc:
         killed = exc.signum
     finally:
@@ -412,9 +424,55 @@ def run(args) -> int:
         _say(f"\r\n[clowder: detached from {args.session}]")
         return 0
     code = msg.exit_code if msg.exit_code is not None else 128 + (msg.signal or 127)
-    _say(f"\r\n[clowder: session {args.session} ended: "
-         f"{'signal ' + str(msg.signal) if msg.signal is not None else msg.exit_code}]")
+    _say(f"\r\n[clowder: session {args.session} ended: {_how(msg)}]")
     return code
+
+
+def _how(msg) -> str:
+    """How a session ended, from its Exited."""
+    return f"signal {msg.signal}" if msg.signal is not None else f"{msg.exit_code}"
+
+
+# How long `attach --agent` waits for an agent's next session: past its longest back-off
+# (30 s, controld/supervisor.py) and a slow spawn.
+FOLLOW_WAIT = 45.0
+
+
+def _next_session(args, old: str | None) -> bool:
+    """Whether ``args.session`` (AGENT or AGENT/SHELL) runs again in a session other than
+    ``old``; False at once when clowder-control will not bring it back (down, or ended
+    under its restart policy), or after FOLLOW_WAIT."""
+    name, _, shell = args.session.partition("/")
+    end = time.monotonic() + FOLLOW_WAIT
+    while time.monotonic() < end:
+        try:
+            with Client(args.target) as c:
+                report = c.request(protocol.GetStatus(), protocol.StatusReport)
+        except NotAnswering:
+            return False
+        except ClientError:
+            report = None  # clowder-control restarting: ask again
+        agent = next((a for a in (report.agents if report else [])
+                      if a.get("name") == name), None)
+        if report is not None and agent is None:
+            return False  # no longer configured
+        if agent is not None:
+            if agent.get("state") == "down":
+                return False
+            if shell:
+                entry = next((sh for sh in agent.get("shells", [])
+                              if sh.get("name") == shell), {})
+                running, sid, ended = entry.get("running"), entry.get("session"), \
+                    entry.get("exited")
+            else:
+                running, sid, ended = agent.get("state") == "running", \
+                    agent.get("session"), agent.get("state") == "exited"
+            if running and sid and sid != old:
+                return True
+            if ended and sid == old:
+                return False  # ended, and its policy keeps it so until `up`
+        time.sleep(0.2)  # clowder-control has no event for this yet: ask again
+    return False
 
 
 def _say(line: str) -> None:
