@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import re
+import shlex
 import subprocess
 
 import pytest
@@ -297,6 +298,56 @@ def test_attach_to_an_agent_that_is_brought_down_ends(host, control):
         assert a.finish() != 0, "attach --agent did not end when its agent went down"
     finally:
         a.close()
+
+
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_open_lays_the_agent_out_in_tmux_which_is_only_a_view(host, control, tmp_path):
+    """Issue 14 point 10: `clowderctl open AGENT` inside tmux makes a window of panes as
+    the YAML says (the shell `split: right`, `percent: 40`), each attached to its
+    session; killing that tmux server leaves every session running."""
+    control.write_config("agents:\n" + agent_yaml(
+        "lay", ["sh", "-c", "echo AGENT-PANE; exec sleep 100000"], control.workdir,
+        shell='["sh", "-c", "echo SHELL-PANE; exec sleep 100000"]'))
+    before = control.wait_running(["lay"])["lay"]
+    tmux = ["tmux", "-S", str(tmp_path / "tmux.sock"), "-f", "/dev/null"]
+    opener = shlex.join([PYTHON, "-m", "ctl", "--socket", host.socket, "open", "lay"])
+    subprocess.run(tmux + ["new-session", "-d", "-s", "t", "-x", "200", "-y", "50",
+                           f"{opener} > {tmp_path}/open.out 2>&1; sleep 100000"],
+                   check=True, env={**host.env, "TERM": "xterm-256color"})
+    try:
+        def panes():
+            out = subprocess.run(tmux + ["list-panes", "-t", "t:lay", "-F",
+                                         "#{pane_id} #{pane_left} #{pane_width}"],
+                                 capture_output=True, text=True).stdout.split("\n")
+            return [line.split() for line in out if line]
+        got = wait_for(lambda: len(panes()) == 2 and panes(), 20,
+                       "open to make the agent's window of two panes")
+        (agent_pane, agent_left, agent_width), (shell_pane, shell_left, shell_width) = got
+        assert int(agent_left) == 0 and int(shell_left) > int(agent_width), got
+        assert abs(int(shell_width) - 0.4 * 200) <= 2, f"not 40% of the width: {got}"
+
+        def shows(pane, text):
+            return text in subprocess.run(tmux + ["capture-pane", "-p", "-t", pane],
+                                          capture_output=True, text=True).stdout
+        wait_for(lambda: shows(agent_pane, "AGENT-PANE"), 20, "the agent's pane to show it")
+        wait_for(lambda: shows(shell_pane, "SHELL-PANE"), 20, "the shell's pane to show it")
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True)
+    after = control.wait_running(["lay"])["lay"]
+    assert after["session"] == before["session"], "killing tmux touched the agent"
+    assert all(s["running"] for s in after["shells"]), after["shells"]
+    assert host.ps()[after["session"]]["state"] == "running"
+
+
+def test_open_without_tmux_says_what_to_run(host, control):
+    control.write_config("agents:\n" + agent_yaml("lay", "sleep 100000", control.workdir))
+    control.wait_running(["lay"])
+    r = host.run([PYTHON, "-m", "ctl", "--socket", host.socket, "open", "lay"], check=False,
+                 env={**host.env, "PATH": "/usr/sbin:/sbin"})  # runuser, no tmux
+    assert r.returncode == 2 and b"tmux is not installed" in r.stderr, r
+    assert b"clowderctl attach --agent lay/sh" in r.stderr, r.stderr
+    r = host.ctl("open", "nope", check=False)
+    assert r.returncode == 2 and b"no agent 'nope'" in r.stderr, r
 
 
 # --- issue 14, point 8: true causes, restart policies, restart leaves the shells -------

@@ -23,11 +23,13 @@ COMMANDS = (
     ("kill", "kill", "end a session (SIGHUP, then SIGTERM, then SIGKILL), or send it one "
                      "signal"),
     ("attach", "attach", "attach this terminal to a session"),
+    ("open", "open", "lay an agent and its shells out in tmux"),
     ("rm", "rm", "forget ended sessions"),
     ("up", "agents", "start an agent and its shells"),
     ("down", "agents", "stop an agent and its shells (SIGHUP, then SIGTERM, then SIGKILL) "
                        "and keep it down"),
-    ("restart", "agents", "restart an agent with its normal command"),
+    ("restart", "agents", "restart an agent with its normal command (its shells are left "
+                          "running unless --shells)"),
     ("status", "status", "show agents (from clowder-control)"),
     ("logs", "logs", "an agent's lifecycle events (journal)"),
     ("file", "file", "list, read, write or watch an agent's files"),
