@@ -32,6 +32,35 @@ _BG_PALETTE, _BG_RGB = lib.GHOSTTY_CELL_CONTENT_BG_COLOR_PALETTE, lib.GHOSTTY_CE
 MAX_GRAPHEME = 32  # code points of one cluster read (ghostty keeps more only for bombs)
 
 
+# The packed cell, as ghostty's terminal/page.zig lays out its ``Cell`` (a Zig packed
+# struct, first field lowest): content tag u2, content u24 (code point u21, palette
+# index u8, or r, g, b), style id u16, wide u2, protected, hyperlink, semantic u2.
+# Five cffi calls a distinct cell (ABI mode, ~6 us each) were most of a JSON snapshot's
+# time; the bits of a kind of cell (its tag, width and link flag) are read directly once
+# AGREE distinct values of that kind gave the same answer both ways; one disagreement
+# (another pyghostty's layout) and ghostty is asked for ever.
+AGREE = 8
+_KIND_BITS = 3 | (3 << 42) | (1 << 45)
+_AGREED: dict = {}
+_BITS_DISAGREED: list = []
+
+
+def _by_bits(value: int) -> tuple:
+    tag = value & 3
+    content = (value >> 2) & 0xFFFFFF
+    bg = None
+    if tag == _BG_PALETTE:
+        index = content & 0xFF
+        bg = NAMES[index] if index < 16 else f"i{index}"
+    elif tag == _BG_RGB:
+        bg = f"{content & 0xFF:02x}{(content >> 8) & 0xFF:02x}{(content >> 16) & 0xFF:02x}"
+    point = 0 if bg is not None else content & 0x1FFFFF
+    if point > 0x10FFFF:
+        point = 0xFFFD
+    return (tag, point, (value >> 42) & 3, (value >> 26) & 0xFFFF,
+            bool((value >> 45) & 1), bg)
+
+
 class RowCell(NamedTuple):
     """One cell that starts a character: column, text, columns it covers, attributes
     (a ``screen_render.Cell`` without its text)."""
@@ -205,7 +234,21 @@ class Cells:
 
     def _decode(self, value: int) -> tuple:
         """(content tag, code point, width kind, style id, has a link, colour of a
-        colour-only cell) of a packed cell."""
+        colour-only cell) of a packed cell: by its bits once they were seen to agree
+        with ghostty's own answers (``_by_bits``), else by asking ghostty."""
+        kind = value & _KIND_BITS  # content tag, wide and hyperlink: what decoding varies on
+        seen = _AGREED.get(kind, 0)
+        if seen >= AGREE and not _BITS_DISAGREED:
+            return _by_bits(value)
+        info = self._decode_by_api(value)
+        if not _BITS_DISAGREED:
+            if _by_bits(value) == info:
+                _AGREED[kind] = seen + 1
+            else:
+                _BITS_DISAGREED.append(value)  # another layout: ask ghostty from now on
+        return info
+
+    def _decode_by_api(self, value: int) -> tuple:
         tag = self._get(value, lib.GHOSTTY_CELL_DATA_CONTENT_TAG, "GhosttyCellContentTag")
         bg = None
         if tag == _BG_PALETTE:
