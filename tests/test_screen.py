@@ -692,3 +692,40 @@ def test_decnkm_is_the_application_keypad():
     it so, and the pyte copy that makes its JSON snapshot must read it."""
     assert fed(b"\x1b[?66h").keypad and not fed(b"\x1b[?66h\x1b[?66l").keypad
     assert fed(b"\x1b=\x1b[?66l").keypad is False
+
+
+def test_ghostty_cells_read_by_bits_are_what_its_api_says():
+    """screen_cells decodes packed cells by their bits once each kind agreed with the C
+    API: over every kind of cell, the JSON and the view are the same both ways."""
+    import ptyhostd.screen_cells as C  # pyghostty: in the test extra, so never skipped
+    from ptyhostd.screen_ghostty import GhosttyScreen
+    rng = random.Random(5)
+    out = [b"\x1b[2J"]
+    for y in range(1, 40):
+        out.append(b"\x1b[%dH" % y)
+        for _ in range(30):
+            out.append(b"\x1b[0;%d;38;5;%d;48;2;%d;%d;%dm%s" % (
+                rng.choice((1, 3, 4, 7)), rng.randrange(256), rng.randrange(256),
+                rng.randrange(256), rng.randrange(256),
+                rng.choice(["x", "漢", "e\u0301", "\U0001F600", "\u00e9"]).encode()))
+        if y % 5 == 0:  # colour-only cells, by palette and by RGB
+            out.append(b"\x1b[%dm\x1b[K" % rng.choice((41, 44)) if y % 10 else
+                       b"\x1b[48;2;1;2;3m\x1b[K")
+    out.append(b"\x1b[0m\x1b]8;;https://example.com/a\x1b\\linked\x1b]8;;\x1b\\")
+    screen = GhosttyScreen(120, 40)
+    screen.feed(b"".join(out))
+    saved = dict(C._AGREED), list(C._BITS_DISAGREED)
+    try:
+        C._AGREED.clear()
+        C._BITS_DISAGREED.clear()
+        screen.snapshot("json")  # learns the kinds
+        assert not C._BITS_DISAGREED, "ghostty's cell layout is not the one screen_cells reads"
+        assert max(C._AGREED.values()) >= C.AGREE
+        by_bits = screen.snapshot("json"), screen.view(100, 30)
+        C._BITS_DISAGREED.append(0)  # force the C API
+        by_api = screen.snapshot("json"), screen.view(100, 30)
+    finally:
+        C._AGREED.clear()
+        C._AGREED.update(saved[0])
+        C._BITS_DISAGREED[:] = saved[1]
+    assert by_bits == by_api
