@@ -24,6 +24,7 @@ COMMANDS = (
                      "signal"),
     ("attach", "attach", "attach this terminal to a session"),
     ("rm", "rm", "forget ended sessions"),
+    ("rename", "rename", "give a session a new name"),
     ("up", "agents", "start an agent and its shells"),
     ("down", "agents", "stop an agent and its shells (SIGHUP, then SIGTERM, then SIGKILL) "
                        "and keep it down"),
