@@ -18,9 +18,9 @@ from .handshake import (
 from .host import (
     AGENT_PREFIX, HOST_SET_ENV, search_dirs, SESSION_FIELDS, MAX_COLS, MAX_ROWS,
     MAX_CELLS, fit_size, encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill,
-    Attach, Input, Resize, Detach, Remove, UpgradeCheck, HandOff, GetSnapshot, GetHistory,
-    Ok, SessionInfo, SessionList, Output, Exited, Attached, CheckReport, SnapshotData,
-    InputAck,
+    Attach, Input, Resize, Detach, Remove, Rename, UpgradeCheck, HandOff, GetSnapshot,
+    GetHistory, Ok, SessionInfo, SessionList, Output, Exited, Attached, CheckReport,
+    SnapshotData, InputAck,
 )
 from .control import (
     AgentUp, AgentDown, AgentRestart, GetStatus, AgentInfo, StatusReport,
@@ -44,7 +44,7 @@ __all__ = [
     "decode", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
     "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
     "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions", "Send",
-    "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove",
+    "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "Rename",
     "UpgradeCheck", "HandOff",
     "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
     "Attached", "CheckReport", "SnapshotData", "InputAck", "AgentUp", "AgentDown",

@@ -51,7 +51,7 @@ MAX_CELLS = 250_000
 __all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
            "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions",
            "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
-           "Remove", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory", "Ok",
+           "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory", "Ok",
            "SessionInfo", "SessionList", "Output", "Exited", "Attached", "CheckReport",
            "SnapshotData", "InputAck"]
 
@@ -76,9 +76,16 @@ class Spawn(Message):
 
 @register
 class ListSessions(Message):
-    """List the sessions this client may see. -> SessionList."""
+    """List the sessions this client may see. -> SessionList.
+
+    Without ``all``, an ended session is left out once its owner has seen how it ended
+    (a Wait, an attach, a list answered with it) or the host's --show-ended time after
+    its end; listing it to its owner counts as seeing it, unless ``peek`` (a listing no
+    person reads, e.g. attach's lookup of the newest session).  An older host lists all."""
 
     KIND = 201
+    all: bool = False
+    peek: bool = False
 
 
 @register
@@ -166,6 +173,16 @@ class Remove(Message):
 
     KIND = 210
     session: str
+
+
+@register
+class Rename(Message):
+    """Give a session a new name: printable, not one of the owner's running sessions'
+    (as a Spawn's name). -> SessionInfo.  An older host closes on the unknown kind."""
+
+    KIND = 215
+    session: str
+    name: str
 
 
 @register

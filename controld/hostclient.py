@@ -122,7 +122,9 @@ class HostConnection:
         raise AssertionError("unreachable")
 
     async def sessions(self, timeout: Optional[float] = None) -> dict[str, dict]:
-        reply = await self.request(protocol.ListSessions(), protocol.SessionList, timeout)
+        # all: ended sessions too, seen or not (how an agent's session ended).
+        reply = await self.request(protocol.ListSessions(all=True), protocol.SessionList,
+                                   timeout)
         return {s["id"]: s for s in reply.sessions}
 
     async def end_session(self, sid: str) -> protocol.Exited:

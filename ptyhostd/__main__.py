@@ -65,6 +65,10 @@ def _parse(argv):
     p.add_argument("--max-sessions-per-user", type=int,
                    default=int(os.environ.get("CLOWDER_MAX_SESSIONS_PER_USER", 1024)),
                    help="running sessions a non-root user may have (default 1024)")
+    p.add_argument("--show-ended", type=float, metavar="SECONDS",
+                   default=float(os.environ.get("CLOWDER_SHOW_ENDED", 86400)),
+                   help="seconds an ended session nobody has seen stays in `ps` "
+                        "(default 86400; `ps --all` lists every ended session kept)")
     p.add_argument("--input-queue-bytes", type=int,
                    default=int(os.environ.get("CLOWDER_INPUT_QUEUE_BYTES", 4 << 20)),
                    help="input queued per session before its writers stop being read "
@@ -100,6 +104,8 @@ def _parse(argv):
     if args.screen_memory < screenmemory.FLOOR:
         p.error(f"--screen-memory must be at least {screenmemory.FLOOR} "
                 "(one session's smallest share)")
+    if args.show_ended < 0:
+        p.error("--show-ended must not be negative")
     if args.input_queue_bytes < 4096 or args.input_deadline <= 0:
         p.error("--input-queue-bytes must be at least 4096 and --input-deadline positive")
     return args
@@ -147,7 +153,8 @@ async def _serve(args) -> None:
     screenmemory.configure(args.screen_memory)
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user,
-                                   max_sessions_per_user=args.max_sessions_per_user), parked)
+                                   max_sessions_per_user=args.max_sessions_per_user,
+                                   show_ended=args.show_ended), parked)
     # Never closed or unlinked by us: systemd owns the socket and keeps it bound.
     for sock in listeners:
         Listener(loop, sock, lambda: Connection(host))  # lives as the loop's reader

@@ -233,7 +233,8 @@ class Adoption:
             "exit_status": field("exit_status", str, None),
             "exit_code": field("exit_code", int, None), "signal": field("signal", int, None),
             "ended_at": field("ended_at", (int, float), None), "pid": field("pid", int, 0),
-            "agent": rec.get("agent") if isinstance(rec, dict) else False},
+            "agent": rec.get("agent") if isinstance(rec, dict) else False,
+            "seen": rec.get("seen") if isinstance(rec, dict) else False},
             ring, master)
 
     def _session_of(self, sid: str, rec: dict, ring: Ring, master: Optional[Fd]) -> Session:
@@ -254,6 +255,7 @@ class Adoption:
         s.exit_code = rec.get("exit_code")
         s.signal = rec.get("signal")
         s.ended_at = rec.get("ended_at")
+        s.seen = rec.get("seen") is True
         s.pid = max(0, int(rec.get("pid") or 0))
         return s
 

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from typing import Optional
 
 import clowder_wire as protocol
@@ -31,6 +32,10 @@ CLIENT_LOW_WATER = 256 << 10
 # Requests read but not yet handled (e.g. Sends behind a Wait): past this many bytes
 # the client stops being read until the worker catches up, so memory stays bounded.
 REQUESTS_HIGH_WATER = 2 << 20
+# A Remove of a session killed this recently (or whose end is being recorded) waits up
+# to REMOVE_WAIT for that end, so `kill --signal KILL ID; rm ID` works.
+KILLED_RECENTLY = 5.0
+REMOVE_WAIT = 3.0
 _CREDS = struct.Struct("3i")
 _EOF = object()  # queued after the last request of a client that shut its side
 
@@ -211,20 +216,35 @@ class Connection(asyncio.Protocol):
                 self.send(protocol.Error(message=f"internal error: {exc!r}", code="internal"))
 
     def _session(self, ref: str) -> Session:
-        """The session named by id (or by name, if unique) that this client may see."""
+        """The session named by id, or by name: the running one of that name (names are
+        unique per user among running sessions, but root sees every user's), else the
+        one that ended last."""
         sessions = self.host.sessions
         s = sessions.get(ref)
         if s is None:
             named = [x for x in sessions.values() if x.name == ref and self._may(x)]
-            if len(named) > 1:
-                raise RequestError(f"name {_show(ref)} is ambiguous: use an id", "ambiguous")
-            s = named[0] if named else None
+            live = [x for x in named if x.state in ("starting", "running")]
+            if len(live) > 1:
+                raise RequestError(f"name {_show(ref)} is ambiguous (sessions "
+                                   f"{', '.join(x.id for x in live)}): use an id",
+                                   "ambiguous")
+            s = live[0] if live else \
+                max(named, key=lambda x: x.ended_at or 0, default=None)
         if s is None or not self._may(s):
             raise RequestError(f"no such session: {_show(ref)}", "no-session")
         return s
 
     def _may(self, s: Session) -> bool:
         return self.uid == 0 or s.uid == self.uid
+
+    def _saw(self, s: Session) -> bool:
+        """This client was told how ``s`` ended: if it is its owner (not root looking at
+        another user's, nor clowder-control's watching), ``s`` is seen; whether it
+        changed (the manifest then needs a save)."""
+        if s.seen or s.state not in ("exited", "lost") or self.control or s.uid != self.uid:
+            return False
+        s.seen = True
+        return True
 
     async def _handle(self, msg: protocol.Message) -> None:
         P = protocol
@@ -238,8 +258,14 @@ class Connection(asyncio.Protocol):
             s = await self.host.spawn(msg, self.uid, by_control=self.control)
             self.send(P.SessionInfo(session=s.info()))
         elif isinstance(msg, P.ListSessions):
-            self.send(P.SessionList(sessions=[s.info() for s in self.host.sessions.values()
-                                              if self._may(s)]))
+            now, seen = time.time(), False
+            shown = [s for s in self.host.sessions.values() if self._may(s)
+                     and (msg.all or self.control or self.host.shown_in_ps(s, now))]
+            for s in shown if not msg.peek else ():
+                seen = self._saw(s) or seen
+            self.send(P.SessionList(sessions=[s.info() for s in shown]))
+            if seen:
+                self.host.save()
         elif isinstance(msg, P.Send):
             # Answered once every byte is written to the pty (see inputqueue.py).
             s = self._session(msg.session)
@@ -271,17 +297,29 @@ class Connection(asyncio.Protocol):
                 fut = asyncio.get_running_loop().create_future()
                 s.waiters.append(fut)
                 self.send(await fut)
+            if self._saw(s):
+                self.host.save()
         elif isinstance(msg, P.Kill):
-            await self.host.kill(self._session(msg.session), msg.signal, msg.escalate)
+            s = self._session(msg.session)
+            if msg.signal:  # signal 0 only asks whether it runs
+                s.killed_at = time.monotonic()
+            await self.host.kill(s, msg.signal, msg.escalate)
             self.send(P.Ok())
         elif isinstance(msg, P.Remove):
             s = self._session(msg.session)
+            if s.state == "running" and (s.id in self.host._finishing or s.pid_exited()
+                                         or time.monotonic() - s.killed_at < KILLED_RECENTLY):
+                await self._end_of(s, REMOVE_WAIT)
             if s.state not in ("exited", "lost"):
                 raise RequestError(f"session {s.id} is still {s.state}: kill it first",
                                    "running")
             self.host.forget(s, f"removed by uid {self.uid}")
             self.host.save()
             self.send(P.Ok())
+        elif isinstance(msg, P.Rename):
+            s = self._session(msg.session)
+            self.host.rename(s, msg.name, by_control=self.control)
+            self.send(P.SessionInfo(session=s.info()))
         elif isinstance(msg, P.Attach):
             await self._attach(msg)
         elif isinstance(msg, P.GetSnapshot):
@@ -325,6 +363,18 @@ class Connection(asyncio.Protocol):
             self.close_after_flush()
         else:
             raise RequestError(f"{type(msg).__name__} is not a request", "bad-request")
+
+    async def _end_of(self, s: Session, timeout: float) -> None:
+        """Wait up to ``timeout`` for ``s`` to end (a kill just sent, say)."""
+        fut = asyncio.get_running_loop().create_future()
+        s.waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if fut in s.waiters:
+                s.waiters.remove(fut)
 
     def _write_input(self, s: Session, data: bytes, wait: bool = False,
                      on_written=None) -> Optional[asyncio.Future]:
@@ -379,6 +429,8 @@ class Connection(asyncio.Protocol):
         if s.state != "running":
             att.catch_up()
             self.send(s.exited_message())
+            if self._saw(s):
+                self.host.save()
             self.close_after_flush()
             return
         self.attachment = att

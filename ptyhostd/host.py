@@ -43,6 +43,9 @@ class RequestError(Exception):
 class Config:
     backlog_bytes: int = 4 << 20
     max_exited: int = 256  # ended sessions kept for ps/wait/backlog before the oldest go
+    # An ended session leaves `ps` once its owner has seen how it ended (Session.seen),
+    # or this many seconds after its end if nobody did; `ps --all` lists it while kept.
+    show_ended: float = 86400.0
     user_manager: bool = False
     # Running sessions one non-root uid may have: one user takes at most 1/8 of the
     # store's 8,190 sessions (FileDescriptorStoreMax=16384, two fds each).
@@ -201,6 +204,8 @@ class Host(Adoption):
             except ManagerError as exc:
                 raise RequestError(f"cannot start {argv[0]!r}: {exc}", "spawn") from exc
         # From here to the table entry nothing awaits: concurrent spawns count each other.
+        if name and not by_control:
+            self._check_name_free(name, uid)
         if client_uid != 0:
             mine = sum(1 for s in self.sessions.values()
                        if s.uid == uid and s.state in ("starting", "running"))
@@ -291,6 +296,42 @@ class Host(Adoption):
         self.save()
         return s
 
+    def _check_name_free(self, name: str, uid: int, keep: Optional[Session] = None) -> None:
+        """Refuse a name one of the user's running sessions has (``attach NAME`` would be
+        ambiguous); ended sessions do not hold their names."""
+        for s in self.sessions.values():
+            if s is not keep and s.uid == uid and s.name == name \
+                    and s.state in ("starting", "running"):
+                raise RequestError(f"a running session of yours is already named "
+                                   f"{name!r} ({s.id}): choose another name, or "
+                                   f"`clowderctl rename {s.id} NEW` first", "name-taken")
+
+    def rename(self, s: Session, name: str, by_control: bool = False) -> None:
+        """Give ``s`` a new name, checked as a spawn's is (printable, unique among the
+        owner's running sessions, ``agent:`` names and agents' sessions only from
+        clowder-control, which finds its agents by name)."""
+        _check_name(name)
+        if not name:
+            raise RequestError("a session name may not be empty", "bad-request")
+        if not by_control and (s.agent or name.startswith(protocol.AGENT_PREFIX)):
+            raise RequestError(f"session {s.id} is an agent's, or the name starts with "
+                               f"{protocol.AGENT_PREFIX!r}: those names are "
+                               f"clowder-control's", "reserved-name")
+        if name == s.name:
+            return
+        self._check_name_free(name, s.uid, keep=s)
+        old, s.name = s.name, name
+        log.info("session %s: renamed from %r to %r", s.id, old, name,
+                 extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "rename"})
+        self.save()
+
+    def shown_in_ps(self, s: Session, now: float) -> bool:
+        """Whether a plain `ps` lists ``s``: not once an ended session was seen, or
+        Config.show_ended seconds after its end."""
+        if s.state not in ("exited", "lost"):
+            return True
+        return not s.seen and now - (s.ended_at or now) < self.config.show_ended
+
     def _out_of_fds(self, what: str) -> str:
         """The refusal for a spawn that found the host's fd table full, logged."""
         text = fdlimit.out_of_fds(what)
@@ -356,6 +397,8 @@ class Host(Adoption):
         if persist:
             self.save()  # recorded before anything is released: a crash now loses nothing
         s.deliver_exit()
+        if persist and s.seen:
+            self.save()  # an attached owner's terminal showed the end (deliver_exit)
         self._release_master(s)
         try:
             await self.manager.stop(s.unit)
@@ -397,7 +440,8 @@ class Host(Adoption):
         ended = [s for s in self.sessions.values() if s.state in ("exited", "lost")]
         if len(ended) <= self.config.max_exited:
             return False
-        ended.sort(key=lambda s: s.ended_at or 0)
+        # Those whose end was seen go first, then the oldest.
+        ended.sort(key=lambda s: (not s.seen, s.ended_at or 0))
         for s in ended[:len(ended) - self.config.max_exited]:
             self.forget(s, "too many ended sessions kept")
         return True

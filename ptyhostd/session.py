@@ -4,7 +4,9 @@ States, each entered with a logged cause:
   starting -> running -> exited      (the normal life)
   starting -> (removed)              (the unit failed to start: the client gets the error)
   running  -> lost                   (the host lost track of it, e.g. its pty vanished)
-The exit status is kept (in the manifest) until the session is removed.
+The exit status is kept (in the manifest) until the session is removed; ``seen`` records
+that its owner was told it (a Wait, a ps, an attach given the Exited): a plain ps then
+leaves it out (Host.shown_in_ps).
 
 The byte path is ``on_readable``: the pty is read straight into the ring, then the same
 bytes are written to attached clients.  A client that cannot keep up is not written to
@@ -211,6 +213,8 @@ class Session:
         self.exit_code: Optional[int] = None
         self.signal: Optional[int] = None
         self.ended_at: Optional[float] = None
+        self.seen = False  # its owner was told how it ended (kept in the manifest)
+        self.killed_at = 0.0  # monotonic time of the last Kill: a Remove waits for its end
         self.pidfd: Optional[Fd] = None
         self._pidwatch: Optional["PidWatch"] = None
         self.attachments: set[Attachment] = set()
@@ -241,7 +245,7 @@ class Session:
             "uid": self.uid, "cols": self.cols, "rows": self.rows, "created": self.created,
             "state": self.state, "pid": self.pid, "exit_status": self.exit_status,
             "exit_code": self.exit_code, "signal": self.signal, "ended_at": self.ended_at,
-            "agent": self.agent,
+            "agent": self.agent, "seen": self.seen,
         }
 
     def record_json(self) -> str:
@@ -251,7 +255,7 @@ class Session:
         session each time made a change cost milliseconds at 1,000 sessions.
         """
         key = (self.name, self.state, self.pid, self.exit_status, self.exit_code,
-               self.signal, self.ended_at, self.cols, self.rows)
+               self.signal, self.ended_at, self.cols, self.rows, self.seen)
         if key != self._json_key:
             self._json_key = key
             self._json = json.dumps(self.to_record(), separators=(",", ":"))
@@ -495,6 +499,8 @@ class Session:
         self.waiters.clear()
         for att in list(self.attachments):
             att.conn.send(msg)
+            # Its owner's terminal showed the end: seen (saved by the end's caller).
+            self.seen = self.seen or (att.conn.uid == self.uid and not att.conn.control)
             att.conn.close_after_flush()
         self.attachments.clear()
 

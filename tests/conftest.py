@@ -182,7 +182,9 @@ class Env:
                 if line.startswith("clowder-session-")]
 
     def ps(self, user=None) -> dict:
-        return {s["id"]: s for s in json.loads(self.ctl("ps", "--json", user=user).stdout)}
+        """Every session kept, ended ones whose end was seen too (``ps --all``)."""
+        return {s["id"]: s for s in json.loads(self.ctl("ps", "--all", "--json",
+                                                        user=user).stdout)}
 
     def spawn(self, *argv, user=None, **opts) -> str:
         extra = []

@@ -53,6 +53,9 @@ HOST_FLOODS = {
     "Wait": lambda s: _frames(P.Wait(session=s["reader"]), times=200),
     "Kill": lambda s: _frames(P.Kill(session=s["reader"], signal=0), times=200),
     "Remove": lambda s: _frames(P.Remove(session=s["reader"]), times=200),
+    # Each one a real change (the names alternate), so each rewrites the manifest.
+    "Rename": lambda s: _frames(P.Rename(session=s["reader"], name="flood-a"),
+                                P.Rename(session=s["reader"], name="flood-b"), times=100),
     "Attach": lambda s: _frames(P.Attach(session=s["full"], read_only=True, replay=1 << 30),
                                 P.Input(data=b"x" * 1000), times=50),
     "Input": lambda s: _frames(P.Input(data=b"x"), P.Resize(cols=80, rows=24), times=200),

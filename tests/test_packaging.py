@@ -260,7 +260,7 @@ def ctl(*args) -> str:
 
 
 def ps() -> dict:
-    return {s["id"]: s for s in json.loads(ctl("ps", "--json"))}
+    return {s["id"]: s for s in json.loads(ctl("ps", "--all", "--json"))}
 
 
 def alive(pid: int) -> bool:

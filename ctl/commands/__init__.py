@@ -25,6 +25,7 @@ COMMANDS = (
     ("attach", "attach", "attach this terminal to a session"),
     ("open", "open", "lay an agent and its shells out in tmux"),
     ("rm", "rm", "forget ended sessions"),
+    ("rename", "rename", "give a session a new name"),
     ("up", "agents", "start an agent and its shells"),
     ("down", "agents", "stop an agent and its shells (SIGHUP, then SIGTERM, then SIGKILL) "
                        "and keep it down"),

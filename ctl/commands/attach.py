@@ -19,8 +19,9 @@ from ..outer import OuterTerminal
 
 def add_parser(sub):
     p = sub.add_parser("attach", help="attach this terminal to a session")
-    p.add_argument("session", metavar="ID",
-                   help="a session id or name; with --agent, AGENT or AGENT/SHELL")
+    p.add_argument("session", metavar="ID", nargs="?",
+                   help="a session id or name (default: your newest running session); "
+                        "with --agent, AGENT or AGENT/SHELL")
     p.add_argument("--agent", action="store_true",
                    help="attach to an agent (or AGENT/SHELL) through clowder-control")
     p.add_argument("--read-only", action="store_true", help="watch; send no input")
@@ -353,7 +354,27 @@ def _banner(args) -> None:
     sys.stderr.flush()
 
 
+def _most_recent(args) -> str:
+    """The id of the caller's newest running session (not the one it runs in), as tmux
+    attaches the most recent; ClientError if it has none."""
+    inside = os.environ.get("CLOWDER_SESSION")
+    with Client(args.socket) as c:
+        uid = c.welcome.uid if c.welcome is not None else os.getuid()
+        # peek: a lookup, not a listing anyone reads (ended ones stay unseen).
+        sessions = c.request(protocol.ListSessions(peek=True), protocol.SessionList).sessions
+    mine = [s for s in sessions if s.get("state") == "running" and s.get("uid") == uid
+            and s.get("id") != inside]
+    if not mine:
+        raise ClientError("you have no running session to attach to: give an ID, or "
+                          "start one with `clowderctl spawn`")
+    return max(mine, key=lambda s: s.get("created") or 0)["id"]
+
+
 def run(args) -> int:
+    if args.session is None:
+        if args.agent:
+            args.parser.error("--agent needs the agent's name: attach --agent AGENT")
+        args.session = _most_recent(args)
     # Inside a session, attaching to itself would feed its output back in as input.
     if not args.agent and args.session == os.environ.get("CLOWDER_SESSION"):
         print(f"clowderctl attach: this terminal is session {args.session} itself: "

@@ -47,6 +47,11 @@ def describe(msg: protocol.Exited) -> str:
     return f"ended ({msg.status})"
 
 
+# What the host's escalation had come to when the signal that ended the session was sent.
+STEPS = {int(signal.SIGTERM): "hung up, then sent SIGTERM",
+         int(signal.SIGKILL): "hung up, then sent SIGTERM, then SIGKILL"}
+
+
 def run(args) -> int:
     if args.signal is None:
         return _end(args)
@@ -77,5 +82,5 @@ def _end(args) -> int:
                                 escalate=True), protocol.Ok)
         c.sock.settimeout(5)
         ended = c.request(protocol.Wait(session=args.session), protocol.Exited)
-    print(f"session {ended.session} {describe(ended)}")
+    print(f"session {ended.session}: {STEPS.get(ended.signal, 'hung up')}; {describe(ended)}")
     return 0

@@ -1,4 +1,5 @@
-"""clowderctl ps: list sessions."""
+"""clowderctl ps: list sessions: the running ones, and the ended ones until their end is
+seen (this listing, `wait` or an attach shows it); --all: every ended one kept too."""
 
 import json
 import time
@@ -14,6 +15,8 @@ COLUMNS = ("id", "name", "pid", "unit", "state", "exit", "size", "created")
 def add_parser(sub):
     p = sub.add_parser("ps", help="list sessions")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--all", "-a", action="store_true",
+                   help="also the ended sessions whose end was already seen")
     p.set_defaults(run=run)
 
 
@@ -25,7 +28,7 @@ def exit_text(s: dict) -> str:
 
 def run(args) -> int:
     with Client(args.socket) as c:
-        sessions = c.request(protocol.ListSessions(), protocol.SessionList).sessions
+        sessions = c.request(protocol.ListSessions(all=args.all), protocol.SessionList).sessions
     sessions.sort(key=lambda s: s.get("created", 0))
     if args.json:
         print(json.dumps(sessions, indent=None))
