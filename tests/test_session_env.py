@@ -173,3 +173,13 @@ def test_attaching_to_the_session_you_are_in_is_refused(host):
                    15, "the attach inside the session to end")
     assert b"attach-rc=2" in out, out
     assert b"is session " + sid.encode() + b" itself" in out.replace(b"\r\n", b" "), out
+
+
+def test_attaching_to_the_session_you_are_in_by_name_is_refused(host):
+    """By name (or as an agent), the id is known only once the host answers: still refused."""
+    sid = host.spawn("sh", "-c", f"{PYTHON} -m ctl --socket {host.socket} attach selfy; "
+                     f"echo attach-rc=$?; exec sleep 100000", name="selfy")
+    out = wait_for(lambda: (lambda b: b if b"attach-rc=" in b else None)(host.backlog(sid)),
+                   15, "the attach inside the session to end")
+    assert b"attach-rc=2" in out, out
+    assert b"is session " + sid.encode() + b" itself" in out.replace(b"\r\n", b" "), out

@@ -90,8 +90,14 @@ class _Session:
                                    token=None if self.args.read_only else self.token))
             attached = c.recv()  # Attached (errors raise)
             self.session_id = (attached.session or {}).get("id")
+            if self.session_id and self.session_id == os.environ.get("CLOWDER_SESSION"):
+                # Named, or an agent's (the id check in run() cannot see those).
+                c.close()
+                raise _Itself(_itself(self.session_id))
             if first:
                 _banner(self.args)  # only now: the host may refuse (no such session)
+        except _Itself:
+            raise
         except (ClientError, OSError) as exc:
             if c is not None:
                 c.close()
@@ -313,6 +319,15 @@ def _wait_for_host(path) -> None:
             time.sleep(0.1)
 
 
+class _Itself(ClientError):
+    """The session to attach to is the one this clowderctl runs in."""
+
+
+def _itself(sid: str) -> str:
+    return (f"this terminal is session {sid} itself: attaching to it from inside would "
+            f"feed its output back into it; attach from another terminal")
+
+
 def _history(args) -> bytes:
     """Recent output as text, for the scrollback (not through clowder-control)."""
     if args.history <= 0 or args.agent:
@@ -377,9 +392,7 @@ def run(args) -> int:
         args.session = _most_recent(args)
     # Inside a session, attaching to itself would feed its output back in as input.
     if not args.agent and args.session == os.environ.get("CLOWDER_SESSION"):
-        print(f"clowderctl attach: this terminal is session {args.session} itself: "
-              f"attaching to it from inside would feed its output back into it; attach "
-              f"from another terminal", file=sys.stderr)
+        print(f"clowderctl attach: {_itself(args.session)}", file=sys.stderr)
         return 2
     try:
         key = parse_key(args.detach_key)
