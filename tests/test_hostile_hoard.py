@@ -71,6 +71,7 @@ CONTROL_FLOODS = {
     "GetStatus": _frames(P.GetStatus(), times=200),
     "AgentDown": _frames(P.AgentDown(agent=BIG)),
     "AgentUp": _frames(P.AgentUp(agent="no-such-agent"), times=200),
+    "AgentRestart": _frames(P.AgentRestart(agent="no-such-agent", shells=True), times=200),
     "Attach": _frames(P.Attach(session=BIG)),
     "OpenStream": _frames(P.OpenStream(stream=1, service=BIG)),
     "OpenStream-status": _frames(*(P.OpenStream(stream=n, service="status")
