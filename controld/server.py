@@ -11,6 +11,7 @@ worktree and forwarded ports need root or the daemon's own uid.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -107,14 +108,32 @@ class ControlServer:
             writer.write(protocol.encode(protocol.Error(
                 message=f"no running agent or shell {msg.session!r}", code="no-session")))
             return
-        try:
-            host_reader, host_writer = await open_host(self.supervisor.host_path, ATTACH_TIMEOUT)
-        except HostError as exc:
-            writer.write(protocol.encode(protocol.Error(message=str(exc), code="host")))
-            return
-        host_writer.write(protocol.encode(protocol.Attach(
-            session=sid, cols=msg.cols, rows=msg.rows, read_only=msg.read_only,
-            replay=msg.replay, token=msg.token)))
+        # On a multiplexed connection its attaches are set up a few at a time (the
+        # mux's answer slots, held until the host's first bytes, the repaint, came):
+        # a client attaching in 64 streams at once, again and again, otherwise kept
+        # the host making its repaints while everyone's status waited (p99 > 1 s).
+        mux = getattr(writer, "mux", None)
+        async with (mux.replies if mux is not None else contextlib.nullcontext()):
+            try:
+                host_reader, host_writer = await open_host(self.supervisor.host_path,
+                                                           ATTACH_TIMEOUT)
+            except HostError as exc:
+                writer.write(protocol.encode(protocol.Error(message=str(exc), code="host")))
+                return
+            host_writer.write(protocol.encode(protocol.Attach(
+                session=sid, cols=msg.cols, rows=msg.rows, read_only=msg.read_only,
+                replay=msg.replay, token=msg.token)))
+            try:
+                first = await asyncio.wait_for(host_reader.read(1 << 16), ATTACH_TIMEOUT)
+            except (asyncio.TimeoutError, ConnectionError):
+                first = b""
+            if not first:
+                host_writer.close()
+                writer.write(protocol.encode(protocol.Error(
+                    message=f"the PTY host did not answer the attach to {msg.session!r}",
+                    code="host")))
+                return
+            writer.write(first)  # sent by the pipe's first drain, outside the slot
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             while data := await src.read(1 << 16):

@@ -29,6 +29,7 @@ from hostile import MiB, Flooder, Memory, rss_kib
 import clowder_wire as P
 from test_access import system_host  # noqa: F401  (alice, bob, mallory and the host)
 from test_ending import control_socket
+from test_control import control  # noqa: F401 - the fixture
 
 GROWTH = 24 * MiB  # the most a flood may grow a daemon's peak RSS (design.md's table)
 AGAIN = 8 * MiB  # a second flood's peak RSS exceeds the first's by at most this
@@ -110,10 +111,11 @@ def _flood(pid: int, path: str, frames: bytes, probe) -> tuple[int, int, int, li
         mem.stop()
 
 
-def _check(name: str, pid: int, path: str, frames: bytes, probe) -> None:
+def _check(name: str, pid: int, path: str, frames: bytes, probe,
+           growth: int = GROWTH) -> None:
     peak, first, took, times = _flood(pid, path, frames, probe)
     p99 = statistics.quantiles(times, n=100)[98] if len(times) >= 2 else times[0]
-    assert first < GROWTH, (f"{name}: the daemon grew by {first / MiB:.1f} MiB for "
+    assert first < growth, (f"{name}: the daemon grew by {first / MiB:.1f} MiB for "
                             f"{took / MiB:.1f} MiB sent and never read")
     assert p99 < P99, f"{name}: another client's p99 was {p99:.3f} s during the flood"
     # The flooder has gone: what it made us hold is reused by the next one, so a
@@ -169,6 +171,73 @@ def test_control_request_flood_never_read(host, kind):
             c.request(P.GetStatus(), P.StatusReport)
     _check(kind, pid, path, CONTROL_FLOODS[kind], probe)
     assert _control_pid(host) == pid, "clowder-control restarted during the flood"
+
+
+# The multiplexed services (file, vcs, forward, session), each request kind in its own
+# row: 64 streams opened at once, each carrying as many requests as its window takes,
+# replies never read or acknowledged.  Every reply the service makes must wait for
+# credit the client never gives, so what the daemon holds is the streams' windows and
+# budgets, not a reply per request.  (status is CONTROL_FLOODS' OpenStream rows.)
+# A forward stream holds what its TCP connection's reader took (asyncio reads 256 KiB
+# at a time and pauses past twice its 64 KiB limit) and a chunk each way: 64 of them
+# measured +32 MiB.
+FORWARD_GROWTH = 48 * MiB
+BIGFILE = "big.bin"  # 900 KiB in the agent's worktree: each FileRead answer is ~a frame
+
+
+def _service_frames(service: str, *requests: P.Message, port: int = 0,
+                    raw: bytes = b"") -> bytes:
+    body = raw or _frames(*requests)
+    per_stream = body * max(1, (P.STREAM_WINDOW // 2) // len(body))
+    chunks = [per_stream[i:i + P.STREAM_CHUNK]
+              for i in range(0, len(per_stream), P.STREAM_CHUNK)]
+    out = []
+    for n in range(1, P.MAX_STREAMS + 1):
+        out.append(P.encode(P.OpenStream(stream=n, service=service, port=port)))
+        out += [P.encode(P.StreamData(stream=n, data=c)) for c in chunks]
+    return b"".join(out)
+
+
+SERVICE_FLOODS = {
+    "FileRead": lambda port: _service_frames("file", P.FileRead(agent="svc", path=BIGFILE)),
+    "FileList": lambda port: _service_frames("file", P.FileList(agent="svc")),
+    "FileWrite": lambda port: _service_frames(
+        "file", P.FileWrite(agent="svc", path="flood.txt", data=b"w" * 60000)),
+    "FileWatch": lambda port: _service_frames("file", P.FileWatch(agent="svc")),
+    "FileUnwatch": lambda port: _service_frames("file", P.FileWatch(agent="svc"),
+                                                P.FileUnwatch()),
+    "VcsStatus": lambda port: _service_frames("vcs", P.VcsStatus(agent="svc")),
+    "VcsDiff": lambda port: _service_frames("vcs", P.VcsDiff(agent="svc")),
+    "VcsLog": lambda port: _service_frames("vcs", P.VcsLog(agent="svc")),
+    "forward": lambda port: _service_frames("forward", port=port, raw=b"f" * P.STREAM_CHUNK),
+    "session-Attach": lambda port: _service_frames(
+        "session", P.Attach(session="svc", cols=80, rows=24, read_only=True),
+        P.Input(data=b"x")),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SERVICE_FLOODS))
+def test_service_request_flood_never_read(host, control, kind):  # noqa: F811
+    from test_streams import Echo, start_agent
+    work = start_agent(host, control)
+    with open(f"{work}/{BIGFILE}", "wb") as f:
+        f.write(os.urandom(900 << 10))
+    with open(f"{work}/README", "a") as f:  # a diff of ~600 KiB
+        f.write("changed line of the README\n" * 20000)
+    control._own(work)
+    echo = Echo()
+    try:
+        pid = _control_pid(host)
+        path = control_socket(host)
+
+        def probe():
+            with Client(path, timeout=5, peer="clowder-control") as c:
+                c.request(P.GetStatus(), P.StatusReport)
+        _check(kind, pid, path, SERVICE_FLOODS[kind](echo.port), probe,
+               FORWARD_GROWTH if kind == "forward" else GROWTH)
+        assert _control_pid(host) == pid, "clowder-control restarted during the flood"
+    finally:
+        echo.close()
 
 
 def test_deep_json_gets_the_error_frame(host):
