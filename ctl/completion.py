@@ -205,7 +205,13 @@ def _zsh(root: Node) -> str:
         fi
     fi
 }}
-{fn} "$@"
+# Autoloaded from $fpath (the packages' _clowderctl): complete; sourced (eval "$(clowderctl
+# completion zsh)" after compinit): register.
+if [[ $funcstack[1] == {fn} ]]; then
+    {fn} "$@"
+else
+    compdef {fn} {PROG}
+fi
 """.splitlines()
     return "\n".join(lines) + "\n"
 
