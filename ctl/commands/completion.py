@@ -6,7 +6,10 @@ shell looks: e.g. ``clowderctl completion bash > ~/.local/share/bash-completion/
 
 from __future__ import annotations
 
+import argparse
 import sys
+
+from ..completion import SHELLS
 
 EXAMPLES = """\
 examples:
@@ -17,12 +20,11 @@ examples:
 
 
 def add_parser(sub):
-    from ..completion import SHELLS
-    import argparse
     p = sub.add_parser("completion", help="print a shell completion script (bash, zsh or "
                        "fish)", epilog=EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("shell", choices=SHELLS, help="the shell to complete for")
+    p.add_argument("shell", choices=SHELLS, metavar="SHELL",
+                   help=f"the shell to complete for: {', '.join(SHELLS)}")
     p.set_defaults(run=run)
 
 
