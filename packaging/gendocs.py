@@ -115,6 +115,29 @@ def help_text(action: argparse.Action, prog: str) -> str:
     return argparse.HelpFormatter(prog)._expand_help(action)
 
 
+def epilog_body(heading: str, text: str) -> list[str]:
+    """An epilog block as roff, paragraph by paragraph: a table (``CODE  text`` rows,
+    their continuations indented) as tagged paragraphs, wrapped prose filled, anything
+    else (examples) as it is."""
+    out: list[str] = []
+    for para in re.split(r"\n\s*\n", textwrap.dedent(text).strip("\n")):
+        rows = para.splitlines()
+        if re.match(r"\S+ {2,}\S", rows[0]) and all(
+                re.match(r"\S+ {2,}\S|\s+\S", row) for row in rows):
+            for row in rows:
+                if row[:1].isspace():
+                    out[-1] += " " + esc(row.strip())
+                else:
+                    term, body = re.match(r"(\S+) {2,}(.*)", row).groups()
+                    out += [".TP", f"\\fB{esc(term)}\\fR", line(esc(body))]
+        elif "example" not in heading.lower() and not re.search(r" {3,}|^\s", para, re.M) \
+                and all(len(row) >= 50 for row in rows[:-1]):
+            out += [".PP", line(esc(" ".join(row.strip() for row in rows)))]
+        else:
+            out += preformatted(para)
+    return out
+
+
 def epilog_sections(epilog: str | None) -> list[tuple[str, str]]:
     """An epilog's "heading:" blocks as (HEADING, preformatted body); text before the
     first heading is ("", text)."""
@@ -203,7 +226,7 @@ def program_page(name: str, section: int, parser: argparse.ArgumentParser) -> st
             commands += _command(node, name)
         body.append(("COMMANDS", commands))
     for heading, text in epilog_sections(parser.epilog):
-        body.append((heading or "NOTES", preformatted(text)))
+        body.append((heading or "NOTES", epilog_body(heading, text)))
     body += [(h, lines) for h, lines in extra if h not in ("NAME", "DESCRIPTION")]
     return page(name, section, body)
 
@@ -229,8 +252,8 @@ def _command(node: completion.Node, prog: str) -> list[str]:
         out += [".PP", line(esc(node.parser.description))]
     out += _arguments(node, full)
     for heading, text in epilog_sections(node.parser.epilog):
-        out += [".PP", esc(heading.capitalize() + ":")] if heading else [".PP"]
-        out += preformatted(text)
+        out += [".PP", esc(heading.capitalize() + ":")] if heading else []
+        out += epilog_body(heading, text)
     return out
 
 
