@@ -1,7 +1,7 @@
 """clowderctl completion SHELL: print the shell completion script (ctl/completion.py).
 
-For installs without the packages (pip, pipx), which ship the same scripts where each
-shell looks: e.g. ``clowderctl completion bash > ~/.local/share/bash-completion/completions/clowderctl``.
+For installs without the packages (pip, pipx); the packages ship the same scripts
+where each shell looks (examples below).
 """
 
 from __future__ import annotations
