@@ -5,7 +5,7 @@
 VENV    ?= /opt/clowder-dev/venv
 STAGE   ?= /opt/clowder-dev/src
 PYTHON  := $(VENV)/bin/python
-APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git tmux
+APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git tmux zsh fish
 PYTEST_ARGS ?= -q
 # Which tests `make test` runs, and the name of its systemd instance (several can run
 # side by side under different names, each with its own VENV and STAGE).
@@ -18,7 +18,8 @@ INSTANCE ?= clowder-test
 # (e.g. CLOWDER_SOAK_SECONDS, CLOWDER_FAULT_TRIALS).
 INSTANCE_ENV = $(foreach v,$(filter CLOWDER_%,$(.VARIABLES)),--env $(v)=$($(v)))
 
-# Debian packages the build of systemd-python and the tests need.
+# Debian packages the build of systemd-python and the tests need (zsh and fish: the
+# completions run in them, tests/test_manpages.py).
 deps:
 	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -25,16 +25,29 @@ log = logging.getLogger("clowder-control")
 STATUS_DEADLINE = 1.0  # seconds a status waits for the PTY host's part of it
 
 
-def _parse(argv):
-    p = argparse.ArgumentParser(prog="clowder-control")
+def parser() -> argparse.ArgumentParser:
+    """The command line, also read by packaging/gendocs.py for clowder-control(8)."""
+    p = argparse.ArgumentParser(prog="clowder-control",
+                                description="the clowder control daemon")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--system", dest="user", action="store_false", default=None)
-    scope.add_argument("--user", dest="user", action="store_true")
-    p.add_argument("--config", help="the agents' YAML file")
-    p.add_argument("--registry", help="the registry file")
-    p.add_argument("--host-socket", help="the PTY host's socket")
+    scope.add_argument("--system", dest="user", action="store_false", default=None,
+                       help="run under the system manager (default when root)")
+    scope.add_argument("--user", dest="user", action="store_true",
+                       help="run under a user manager (default when not root)")
+    p.add_argument("--config", help="the agents' YAML file (default: "
+                   "/etc/clowder/clowder.yaml, user: $XDG_CONFIG_HOME/clowder/clowder.yaml)")
+    p.add_argument("--registry", help="the registry file (default: "
+                   "/var/lib/clowder/registry.json, user: "
+                   "$XDG_STATE_HOME/clowder/registry.json)")
+    p.add_argument("--host-socket", help="the PTY host's socket (default: "
+                   "/run/clowder/ptyhost.sock, user: $XDG_RUNTIME_DIR/clowder/ptyhost.sock)")
     p.add_argument("--socket", help="listen here when not socket-activated")
     p.add_argument("--version", action="version", version=f"clowder-control {__version__}")
+    return p
+
+
+def _parse(argv):
+    p = parser()
     args = p.parse_args(argv)
     if args.user is None:
         args.user = os.getuid() != 0

@@ -3,32 +3,9 @@
 Files: ``/etc/clowder/clowder.yaml`` (system) and ``$XDG_CONFIG_HOME/clowder/clowder.yaml``
 (user; ``~/.config`` when unset), see ``default_paths``.  An empty file means no agents.
 
-Schema (only ``agents[].name``, ``.command``, ``.cwd`` and ``shells[].name``, ``.split``
-are required)::
-
-    version: 1                  # only 1 is accepted
-    defaults:                   # applied to every agent
-      env: {LANG: C.UTF-8}      # merged under each agent's env (the agent's keys win)
-      shell: /bin/bash          # companion shells' default command
-    agents:
-      - name: api               # [a-z0-9][a-z0-9_-]{0,62}, unique
-        command: claude         # a string (split like a shell does, by shlex) or a list
-        resume: claude --continue   # same forms; used instead of command when re-spawning
-        cwd: /home/me/src/api   # absolute; existence is checked only by check_paths()
-        env: {PORT: 8080}       # names [A-Za-z_][A-Za-z0-9_]*; numbers kept as written;
-                                # not HOME, USER, LOGNAME, SHELL, CLOWDER_*: the host's;
-                                # PATH is also where command is looked up
-        size: 120x40            # COLSxROWS, each 1..10000
-        restart: on-failure     # on-failure (default) | always | never: when the
-                                # program (or a shell) ends by itself, see README
-        user: alice             # who the agent runs as and who may up/down/restart/
-                                # attach to it; default: clowder-control's own user
-        shells:
-          - name: build         # same pattern, unique within the agent
-            command: make watch # default: defaults.shell, else $SHELL, else /bin/sh
-            split: right        # right | below: where it sits beside the agent
-            percent: 40         # 10..90, default 50
-            cwd: /home/me/src/api/web   # default: the agent's cwd
+The keys, what each value must be and what it does: ``controld/schema.py``, the one
+source of clowder.yaml(5) (an example file is in that page, from
+``packaging/man/clowder.yaml.txt``).
 
 An optional key set to null (``env:`` with nothing after it) counts as absent.  Numbers
 are accepted where strings are expected in env values and command lists, as written
@@ -62,6 +39,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from clowder_wire.host import HOST_SET_ENV, MAX_CELLS, MAX_COLS
 
+from . import schema
+
 SYSTEM_PATH = "/etc/clowder/clowder.yaml"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -73,9 +52,9 @@ RESTART_POLICIES = ("on-failure", "always", "never")
 USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,30}\$?")
 MAX_DEPTH = 64
 MAX_MERGED = 100_000
-MAX_AGENTS = 1000
-MAX_SHELLS = 32
-MAX_ENV = 1000
+MAX_AGENTS = schema.MAX_AGENTS
+MAX_SHELLS = schema.MAX_SHELLS
+MAX_ENV = schema.MAX_ENV
 MAX_ERRORS = 50  # messages reported for one file
 _PY_MESSAGES = 64 * 1024  # a file this small that libyaml refuses is parsed again by
 # PyYAML's own parser, whose messages are the ones documented and tested
@@ -83,11 +62,12 @@ _PY_MESSAGES = 64 * 1024  # a file this small that libyaml refuses is parsed aga
 _T = "tag:yaml.org,2002:"
 STR, INT, FLOAT, BOOL, NULL, MAP, SEQ, MERGE = (
     _T + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge"))
-TOP_KEYS = ("version", "defaults", "agents")
-DEFAULTS_KEYS = ("env", "shell")
-AGENT_KEYS = ("name", "command", "resume", "cwd", "env", "size", "restart", "user",
-              "shells")
-SHELL_KEYS = ("name", "command", "split", "percent", "cwd")
+# The keys, and what "expected ..." says of each value: controld/schema.py, which
+# clowder.yaml(5) is generated from.
+TOP_KEYS = schema.names(schema.TOP)
+DEFAULTS_KEYS = schema.names(schema.DEFAULTS)
+AGENT_KEYS = schema.names(schema.AGENT)
+SHELL_KEYS = schema.names(schema.SHELL)
 
 
 class ConfigError(Exception):
@@ -413,8 +393,7 @@ class _Checker:
     def name(self, node: Node, keypath: str) -> str | None:
         name = self.text(node, keypath)
         if name is not None and not NAME_RE.fullmatch(name):
-            return self.error(node, keypath, f"invalid name {name!r}: use 1-63 lowercase "
-                              "letters, digits, '-' or '_', starting with a letter or digit")
+            return self.error(node, keypath, f"invalid name {name!r}: use {schema.NAME_RULE}")
         return name
 
     def argv(self, node: Node, keypath: str) -> tuple[str, ...] | None:
@@ -432,13 +411,13 @@ class _Checker:
             except ValueError as exc:  # e.g. "No closing quotation"
                 return self.error(node, keypath, f"cannot split {node.value!r}: {exc}")
         else:
-            return self.expected(node, keypath, "a string or a list of strings")
+            return self.expected(node, keypath, schema.COMMAND)
         if not words or not words[0]:
             return self.error(node, keypath, "must name a program, got an empty command")
         return tuple(words)
 
     def abspath(self, node: Node, keypath: str) -> str | None:
-        path = self.text(node, keypath, "an absolute path")
+        path = self.text(node, keypath, schema.kind(schema.AGENT, "cwd"))
         if path is not None and not os.path.isabs(path):
             return self.error(node, keypath, f"must be an absolute path, got {path!r}")
         return path
@@ -463,7 +442,7 @@ class _Checker:
         return env
 
     def size(self, node: Node, keypath: str) -> tuple[int, int] | None:
-        text = self.text(node, keypath, "COLSxROWS, e.g. 120x40")
+        text = self.text(node, keypath, schema.kind(schema.AGENT, "size"))
         if text is None:
             return None
         match = SIZE_RE.fullmatch(text)
@@ -474,13 +453,13 @@ class _Checker:
         return int(match[1]), int(match[2])
 
     def split(self, node: Node, keypath: str) -> str | None:
-        split = self.text(node, keypath, "'right' or 'below'")
+        split = self.text(node, keypath, schema.kind(schema.SHELL, "split"))
         if split is not None and split not in SPLITS:
             return self.error(node, keypath, f"must be 'right' or 'below', got {split!r}")
         return split
 
     def restart(self, node: Node, keypath: str) -> str | None:
-        policy = self.text(node, keypath, "the string 'on-failure', 'always' or 'never'")
+        policy = self.text(node, keypath, schema.kind(schema.AGENT, "restart"))
         if policy is not None and policy not in RESTART_POLICIES:
             return self.error(node, keypath, "must be 'on-failure', 'always' or 'never', "
                               f"got {policy!r}")
@@ -489,7 +468,7 @@ class _Checker:
     def user(self, node: Node, keypath: str) -> str | None:
         """A login name; whether it exists is check_users' (the file may be checked
         on another machine)."""
-        user = self.text(node, keypath, "a user name")
+        user = self.text(node, keypath, schema.kind(schema.AGENT, "user"))
         if user is not None and not USER_RE.fullmatch(user):
             return self.error(node, keypath, f"invalid user name {user!r}: use a login "
                               "name (lowercase letters, digits, '-' or '_', starting "

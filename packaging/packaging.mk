@@ -16,7 +16,7 @@ PKG_BUILD_DEPS := debhelper dh-python pybuild-plugin-pyproject python3-all \
 	python3-setuptools python3-wheel rpm
 PKG_RUNTIME_DEPS := python3-systemd python3-jeepney python3-yaml python3-pyte python3-cffi
 
-.PHONY: deb rpm packages pkg-deps ghostty-wheel lintian
+.PHONY: deb rpm packages pkg-deps ghostty-wheel lintian gendocs
 
 pkg-deps:
 	@missing=$$(for p in $(PKG_BUILD_DEPS) $(PKG_RUNTIME_DEPS); do \
@@ -41,6 +41,12 @@ rpm: pkg-deps
 	sh packaging/build.sh rpm $(VERSION) $(DIST)
 
 packages: deb rpm
+
+# The man pages and shell completions, from the parsers, into $(GENDOCS) (what the .deb
+# and .rpm builds run; packaging/gendocs.py).  Debian's python3: it imports the programs.
+GENDOCS ?= build/gendocs
+gendocs:
+	/usr/bin/python3 packaging/gendocs.py $(GENDOCS)
 
 lintian: deb
 	@dpkg -s lintian >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive \

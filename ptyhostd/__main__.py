@@ -51,7 +51,8 @@ from .watchdog import Watchdog, install_wedge_fault  # noqa: E402
 log = logging.getLogger("ptyhostd")
 
 
-def _parse(argv):
+def parser() -> argparse.ArgumentParser:
+    """The command line, also read by packaging/gendocs.py for ptyhostd(8)."""
     p = argparse.ArgumentParser(prog="ptyhostd", description="the clowder PTY host")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--system", dest="user", action="store_false", default=None,
@@ -92,6 +93,11 @@ def _parse(argv):
                    help="with --socket: ask the host there (the unit's main process PID) to "
                         "hand off to the installed code, and wait for the outcome "
                         "(what ExecReload= runs; ptyhostd/reload.py)")
+    return p
+
+
+def _parse(argv):
+    p = parser()
     args = p.parse_args(argv)
     if args.user is None:
         args.user = os.getuid() != 0

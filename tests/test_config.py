@@ -77,13 +77,16 @@ def test_full_example_loads():
                         {"LANG": "C.UTF-8", "EDITOR": "vi"}, None, ())
 
 
-def test_docstring_example_is_valid():
-    """The schema example in the module docstring must itself load."""
-    doc = config.__doc__
-    block = doc[doc.index("    version: 1"):doc.index("\nAn optional key")]
+def test_the_manual_example_is_valid():
+    """The example file of clowder.yaml(5) (packaging/man/clowder.yaml.txt) loads."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "packaging", "man",
+                           "clowder.yaml.txt"), encoding="utf-8") as f:
+        text = f.read()
+    block = text[text.index("# EXAMPLES\n") + 11:text.index("\n# SEE ALSO")]
     cfg = config.parse(textwrap.dedent(block))
     assert [a.name for a in cfg.agents] == ["api"]
     assert cfg.agents[0].shells[0].percent == 40
+    assert cfg.agents[0].shells[1].cwd == "/home/me/src/api/web"
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n", "~\n",

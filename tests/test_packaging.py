@@ -148,6 +148,33 @@ def test_deb_contents(debs):
                      deb_field(new, "Recommends")), deb_field(new, "Recommends")
 
 
+# The man pages and completions, generated at build time (packaging/gendocs.py); their
+# content is tests/test_manpages.py's.
+MAN_PAGES = ("man1/clowderctl.1", "man8/ptyhostd.8", "man8/clowder-control.8",
+             "man5/clowder.yaml.5")
+
+
+def test_deb_ships_generated_man_pages_and_completions(debs, tmp_path):
+    run(["dpkg-deb", "-x", debs[1], str(tmp_path)])
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "MANWIDTH": "80"}
+    for page in MAN_PAGES:
+        path = tmp_path / "usr/share/man" / f"{page}.gz"
+        assert path.exists(), f"{page} is not in {debs[1]}"
+        man = run(["man", "--warnings", "-l", str(path)], env=env)
+        assert man.stderr == "", f"{page}: {man.stderr}"
+    # Generated from this tree's parser: the hand-written page never had `completion`.
+    ctl_page = re.sub(".\b", "", run(["man", "-l", str(tmp_path / "usr/share/man/man1/"
+                                                    "clowderctl.1.gz")], env=env).stdout)
+    assert re.search(r"^ +completion$", ctl_page, re.M), ctl_page[:2000]
+    bash = tmp_path / "usr/share/bash-completion/completions/clowderctl"
+    for path in (bash, tmp_path / "usr/share/zsh/vendor-completions/_clowderctl",
+                 tmp_path / "usr/share/fish/vendor_completions.d/clowderctl.fish"):
+        assert path.exists(), f"{path.relative_to(tmp_path)} is not in {debs[1]}"
+    done = run(["bash", "--norc", "-c", f"source {bash}; COMP_WORDS=(clowderctl comp); "
+                "COMP_CWORD=1; _clowderctl; echo ${COMPREPLY[@]}"])
+    assert done.stdout.split() == ["completion"], done.stdout
+
+
 def test_deb_ghostty_contents(debs, ghostty_deb):
     """clowder-ghostty: the wheel's files in the private directory, nothing on Python's
     path, the licences in its copyright, cffi and the same clowder as dependencies."""
@@ -511,6 +538,17 @@ def test_rpm_builds_with_the_layout(rpm):
     requires = run(["rpm", "-qp", "--requires", rpm]).stdout
     for dep in ("python3-systemd", "python3-jeepney", "python3-pyyaml", "python3-pyte"):
         assert dep in requires
+
+
+def test_rpm_ships_generated_man_pages_and_completions(rpm):
+    files = set(run(["rpm", "-qlp", rpm]).stdout.split())
+    for page in MAN_PAGES:  # compressed or not: the distribution's brp-compress decides
+        assert {f"/usr/share/man/{page}", f"/usr/share/man/{page}.gz"} & files, \
+            f"{page} is not in {rpm}"
+    for path in ("/usr/share/bash-completion/completions/clowderctl",
+                 "/usr/share/zsh/site-functions/_clowderctl",
+                 "/usr/share/fish/vendor_completions.d/clowderctl.fish"):
+        assert path in files, f"{path} is not in {rpm}"
 
 
 def test_rpm_scriptlets_never_restart_the_host(rpm):

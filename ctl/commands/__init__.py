@@ -42,6 +42,7 @@ COMMANDS = (
     ("install-units", "install_units", "install and start the systemd units"),
     ("relay", "relay", "copy stdin/stdout to clowder-control's socket (what `clowderctl "
                        "--host` runs through ssh)"),
+    ("completion", "completion", "print a shell completion script (bash, zsh or fish)"),
 )
 
 
@@ -73,6 +74,12 @@ class LazySubcommands(argparse._SubParsersAction):
             importlib.import_module(f"{__name__}.{parser.module}").add_parser(self)
             parser = self._name_parser_map[name]
         return parser
+
+    def load_all(self) -> None:
+        """Build every subcommand's parser: for what walks the whole tree (the man
+        pages and shell completions, ctl/completion.py), never for a command line."""
+        for name in list(self._name_parser_map):
+            self.load(name)
 
     def __call__(self, parser, namespace, values, option_string=None):
         if values and values[0] in self._name_parser_map:
