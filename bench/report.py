@@ -397,7 +397,7 @@ def _title(results: dict) -> str:
     skipped.update(results.get("run", {}).get("apt_skipped", {}))
     measured = [p for p in PEERS if p not in skipped and any(
         p in results.get(f, {}).get("peers", {}) for f in FIGURES)]
-    out = "clowder beside " + ", ".join(measured)
+    out = "clowder beside " + ", ".join(measured) if measured else "clowder"
     gone = [p for p in PEERS if p in skipped]
     if gone:
         out += f" ({', '.join(gone)} skipped: {'; '.join(skipped[p] for p in gone)})"
