@@ -60,7 +60,10 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     if _NO_LINUX_ONLY:
-        os.unlink(_NO_LINUX_ONLY[0])
+        pth, log = _NO_LINUX_ONLY
+        os.unlink(pth)
+        os.unlink(log)
+        os.rmdir(os.path.dirname(log))
 
 
 def under_systemd() -> bool:
