@@ -30,6 +30,11 @@ systemd instance (tools/sysinstance.py) and runs every peer and clowder inside i
 interleaved rounds (every peer once per round, the first one rotating).  Raw results
 are kept in /opt/clowder-bench/results/.  Not part of the test suite; nothing here
 asserts on time.
+
+    python3 bench/tables.py docs/bench.md docs/bench.png   # redraw the plot alone
+
+redraws docs/bench.png from this file's tables (with matplotlib), for a change of the
+plot without a run (the raw results stay on the machine that ran it).
 """
 
 WHAT = """\
@@ -382,22 +387,50 @@ def markdown(results: dict, png: str | None, results_name: str) -> str:
 # --- the plot (matplotlib) ----------------------------------------------------------------
 
 
+PEERS = ("tmux", "screen", "dtach", "abduco")  # the other programs, as the title names them
+FIGURES = ("throughput", "blackout", "echo", "memory", "repaint")
+
+
+def _title(results: dict) -> str:
+    """"clowder beside" the peers really measured; skipped ones said as skipped."""
+    skipped = dict(results.get("meta", {}).get("skipped", {}))
+    skipped.update(results.get("run", {}).get("apt_skipped", {}))
+    measured = [p for p in PEERS if p not in skipped and any(
+        p in results.get(f, {}).get("peers", {}) for f in FIGURES)]
+    out = "clowder beside " + ", ".join(measured) if measured else "clowder"
+    gone = [p for p in PEERS if p in skipped]
+    if gone:
+        out += f" ({', '.join(gone)} skipped: {'; '.join(skipped[p] for p in gone)})"
+    return out
+
+
+def _legend(ax, ncol: int, log: bool = False) -> None:
+    """A legend in room of its own above the tallest bar: the y axis is stretched so the
+    bars end below the legend's rows (it hid the 1,000-session hand-off bar before)."""
+    lo, hi = ax.get_ylim()
+    rows = -(-len(ax.get_legend_handles_labels()[1]) // ncol)
+    room = 1 + 0.13 * (rows + 1)  # the share of the height the bars may use, inverted
+    ax.set_ylim(lo, hi * (hi / lo) ** (room - 1) if log else lo + (hi - lo) * room)
+    ax.legend(fontsize=8, loc="upper left", ncol=ncol, framealpha=0.9)
+
+
 def plot(results: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, grid = plt.subplots(2, 3, figsize=(19, 9))
-    # Figures 1, 2, 5 on top; 3 and 4 below.
-    axes = [[grid[0][0], grid[0][1]], [grid[1][0], grid[1][1]]]
-    repaint_ax = grid[0][2]
-    grid[1][2].axis("off")
+    # Five figures numbered as docs/bench.md's sections: 1-3 on top, 4 and 5 below, each
+    # bottom one a half of the width (no empty slot).
+    fig = plt.figure(figsize=(19, 10))
+    gs = fig.add_gridspec(2, 6)
+    panels = [fig.add_subplot(gs[0, 0:2]), fig.add_subplot(gs[0, 2:4]),
+              fig.add_subplot(gs[0, 4:6]), fig.add_subplot(gs[1, 0:3]),
+              fig.add_subplot(gs[1, 3:6])]
     run = results.get("run", {})
-    fig.suptitle("clowder beside tmux, screen, dtach, abduco"
-                 + (" (quick run)" if run.get("quick") else "")
+    fig.suptitle(_title(results) + (" (quick run)" if run.get("quick") else "")
                  + f" - {run.get('date', '')}, {results.get('meta', {}).get('nproc', '?')} cores")
 
-    ax = axes[0][0]
+    ax = panels[0]
     tp = results.get("throughput", {}).get("peers", {})
     names = [n for n in _ordered(tp) if "mb_s" in tp[n]]
     if names:
@@ -409,11 +442,12 @@ def plot(results: dict, path: str) -> None:
             ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
         mb = results["throughput"]["file_bytes"] / 1e6
         ax.set_title(f"1. cat of {mb:g} MB to an attached client (median MB/s)")
-        ax.tick_params(axis="x", labelrotation=20)
+        ax.set_xticks(range(len(names)), [n.replace(", ", ",\n") for n in names],
+                      rotation=20)
     else:
         ax.set_title("1. throughput: not run")
 
-    ax = axes[0][1]
+    ax = panels[1]
     bo = results.get("blackout", {}).get("by_count", {})
     if bo:
         labels, series = [], {"clowder restart": [], "clowder kill -9": [],
@@ -426,18 +460,22 @@ def plot(results: dict, path: str) -> None:
                 series[key].append(entry.get(who, {}).get(action, {}).get("bytes_flow_ms") or 0)
         width = 0.16
         for i, (key, vals) in enumerate(series.items()):
-            ax.bar([x + (i - 2) * width for x in range(len(labels))], vals, width, label=key)
+            xs = [x + (i - 2) * width for x in range(len(labels))]
+            ax.bar(xs, vals, width, label=key)
+            if key.startswith("clowder"):
+                for x, v in zip(xs, vals):
+                    ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=7)
         bare = results["blackout"].get("bare_floor", {}).get("restart", {}).get("bytes_flow_ms")
         if bare:
             ax.axhline(bare, color="#444", linestyle=":", label=f"bare floor restart {bare:.0f} ms")
         ax.set_xticks(range(len(labels)), labels)
         ax.set_ylabel("ms until bytes flow again")
         ax.set_title("2. restart blackout (median)")
-        ax.legend(fontsize=8)
+        _legend(ax, ncol=3)
     else:
         ax.set_title("2. restart blackout: not run")
 
-    ax = axes[1][0]
+    ax = panels[2]
     ec = results.get("echo", {}).get("peers", {})
     names = [n for n in _ordered(ec) if "p50_ms" in ec[n].get("idle", {})]
     if names:
@@ -453,11 +491,11 @@ def plot(results: dict, path: str) -> None:
         ax.set_yscale("log")
         ax.set_ylabel("ms (log)")
         ax.set_title("3. keystroke echo through an attached client")
-        ax.legend(fontsize=8)
+        _legend(ax, ncol=len(loads), log=True)
     else:
         ax.set_title("3. echo: not run")
 
-    ax = axes[1][1]
+    ax = panels[3]
     me = results.get("memory", {}).get("peers", {})
     names = [n for n in _ordered(me) if "per_session_kb_1_100" in me[n].get("idle", {})]
     if names:
@@ -466,15 +504,17 @@ def plot(results: dict, path: str) -> None:
             vals = [max(0.1, me[n].get(load, {}).get("per_session_kb_1_100") or 0.1)
                     for n in names]
             ax.bar([x + off for x in xs], vals, 0.4, label=load)
+            for x, v in zip(xs, vals):
+                ax.text(x + off, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
         ax.set_yscale("log")
-        ax.set_xticks(list(xs), names, rotation=20)
+        ax.set_xticks(list(xs), names)
         ax.set_ylabel("kB PSS a session (log)")
         ax.set_title("4. server memory per session, marginal over 1..100")
-        ax.legend(fontsize=8)
+        _legend(ax, ncol=2, log=True)
     else:
         ax.set_title("4. memory: not run")
 
-    ax = repaint_ax
+    ax = panels[4]
     rp = results.get("repaint", {}).get("peers", {})
     names = [n for n in _ordered(rp) if "median_ms" in rp[n].get("idle", {})]
     if names:
@@ -485,11 +525,11 @@ def plot(results: dict, path: str) -> None:
             for x, v in zip(xs, vals):
                 ax.text(x + off, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
         ax.set_yscale("log")
-        ax.set_xticks(list(xs), names, rotation=20)
+        ax.set_xticks(list(xs), names)
         ax.set_ylabel("ms to the full screen (log)")
         mb = results["repaint"].get("flood_bytes", 0) / 1e6
         ax.set_title(f"5. repaint on attach, idle and after {mb:g} MB (median)")
-        ax.legend(fontsize=8)
+        _legend(ax, ncol=2, log=True)
     else:
         ax.set_title("5. repaint: not run")
 

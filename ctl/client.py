@@ -88,7 +88,9 @@ def connect_unix(path: str, timeout: float, unit: str) -> socket.socket:
     ClientError saying why not: clowderctl and the relay word it the same way."""
     end = time.monotonic() + timeout
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        # Python makes every socket non-inheritable (close-on-exec) itself: SOCK_CLOEXEC
+        # would say it again, and macOS has no such flag (the client runs there).
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
             sock.connect(path)

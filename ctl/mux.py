@@ -22,6 +22,7 @@ import threading
 import clowder_wire as protocol
 
 from .client import Client, ClientError
+from .portable import nonblocking_pipe
 from .transport import Remote
 
 P = protocol
@@ -53,7 +54,7 @@ class Mux:
         self._streams: dict[int, _Stream] = {}
         self._next = 1
         self._lock = threading.Lock()  # the stream table and writes to the connection
-        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._wake_r, self._wake_w = nonblocking_pipe()
         self.dead: str | None = None  # why the connection ended
         self._thread = threading.Thread(target=self._loop, name="clowder-mux", daemon=True)
         self._thread.start()

@@ -23,6 +23,7 @@ import signal
 import socket
 
 from . import deadline
+from .portable import scratch_fd
 
 # subprocess (~4 ms) is imported where ssh is run, not here: every clowderctl command
 # imports this module, and only one given --host runs anything.
@@ -132,9 +133,10 @@ class SshTransport:
         self.remote = remote
         argv = remote.command()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # ssh's stderr goes to a memfd rather than to our terminal: attach keeps the
-        # terminal raw, and what ssh says belongs in our error message when it fails.
-        self._stderr = os.memfd_create("clowder-ssh-stderr", os.MFD_CLOEXEC)
+        # ssh's stderr goes to an anonymous file (a memfd on Linux) rather than to our
+        # terminal: attach keeps the terminal raw, and what ssh says belongs in our
+        # error message when it fails.
+        self._stderr = scratch_fd("clowder-ssh-stderr")
         try:
             self.proc = subprocess.Popen(argv, stdin=theirs.fileno(), stdout=theirs.fileno(),
                                          stderr=self._stderr, close_fds=True)

@@ -1,7 +1,9 @@
 """In-place hand-off: ``systemctl reload clowder-ptyhost`` runs newly installed code in the
 same process (same main PID), carrying every parked fd.
 
-The sequence (``Handoff.run``), each failure leaving the old code serving:
+The sequence (``Host.handoff`` in host.py, with ``run_check`` and ``execute`` here), each
+failure it catches leaving the old code serving (a stop during the check is a stop, and a
+kill is a crash that systemd restarts: docs/design.md, "Hand-off"):
 1. check: the *new* code runs once as a separate process (``--check-handoff``) on a copy
    of the manifest and on the rings (read-only); it must parse them, restore them in a
    dry run, and report a version that is not older than ours;

@@ -34,6 +34,36 @@ SUMMARY: list[str] = []
 def pytest_terminal_summary(terminalreporter):
     for line in SUMMARY:
         terminalreporter.write_line(line)
+    if _NO_LINUX_ONLY:
+        with open(_NO_LINUX_ONLY[1]) as f:
+            runs = f.read().splitlines()
+        terminalreporter.write_line(f"CLOWDER_TEST_NO_LINUX_ONLY: {len(runs)} clowderctl "
+                                    f"processes ran without Linux-only names")
+
+
+# CLOWDER_TEST_NO_LINUX_ONLY=1: every clowderctl the tests run (not the daemons, not
+# this process) goes without os.pipe2, socket.SOCK_CLOEXEC and the rest of
+# tests/portable/clowder_test_linux_only.py, as on macOS.
+_NO_LINUX_ONLY: list[str] = []  # the .pth installed, the log of stripped processes
+
+
+def pytest_configure(config):
+    if os.environ.get("CLOWDER_TEST_NO_LINUX_ONLY") != "1":
+        return
+    import site
+    sys.path.insert(0, os.path.join(ROOT, "tests", "portable"))
+    import clowder_test_linux_only
+    log = "/run/clowder-test-no-linux-only/clients.log"
+    _NO_LINUX_ONLY[:] = [clowder_test_linux_only.install(site.getsitepackages()[0], log),
+                         log]
+
+
+def pytest_unconfigure(config):
+    if _NO_LINUX_ONLY:
+        pth, log = _NO_LINUX_ONLY
+        os.unlink(pth)
+        os.unlink(log)
+        os.rmdir(os.path.dirname(log))
 
 
 def under_systemd() -> bool:

@@ -15,6 +15,7 @@ from ..client import (Client, ClientError, NotAnswering, RequestFailed,
                       default_control_socket)
 from ..detachkey import DetachKey, parse_key
 from ..outer import OuterTerminal
+from ..portable import nonblocking_pipe, terminal_selector
 
 
 def add_parser(sub):
@@ -155,7 +156,7 @@ class _Session:
         # for the other.  Frames wait in self.outbuf; stdin is not read while it is long.
         c.sock.setblocking(False)
         self.outbuf = bytearray()
-        sel = selectors.DefaultSelector()
+        sel = terminal_selector()
         sel.register(c.sock, selectors.EVENT_READ, "sock")
         stdin = sys.stdin.fileno()
         # Only a terminal is read (a read-only attach may have none; epoll refuses
@@ -409,7 +410,7 @@ def run(args) -> int:
                           "from one (--read-only watches without one; `clowderctl send` "
                           "types from a script)")
     outer = OuterTerminal(stdin, sys.stdout.fileno())
-    wakeup, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    wakeup, wakeup_w = nonblocking_pipe()
     session = _Session(args, key, wakeup, outer)
     session.history = _history(args) if outer.screen else b""
     signal.signal(signal.SIGWINCH, lambda *_: setattr(session, "resized", True))
