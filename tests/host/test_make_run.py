@@ -98,10 +98,14 @@ def leftovers(name: str) -> list[str]:
         if proc.name.isdigit():
             try:
                 cgroup = (proc / "cgroup").read_text()
+                state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if f"clowder-sysinstance-{name}" in cgroup:
-                found.append(f"process {proc.name} in its cgroup")
+            # A zombie has ended (the launcher, reparented when `make run` exited, waits
+            # there for this machine's PID 1 to reap it).
+            if f"clowder-sysinstance-{name}" in cgroup and state != "Z":
+                found.append(f"process {proc.name} in its cgroup: {cmd!r}")
     return found
 
 
