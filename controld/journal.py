@@ -72,7 +72,7 @@ def read(agent: str, lines: int, since: Optional[int] = None, after: str = "",
                 kept.append(_entry(raw))
         else:
             if since is not None:
-                reader.seek_realtime(since)
+                reader.seek_realtime(float(since))  # an int would be microseconds
             else:
                 reader.seek_head()
             # The newest `lines`: walking back from the tail would not honour `since`.
@@ -80,6 +80,10 @@ def read(agent: str, lines: int, since: Optional[int] = None, after: str = "",
                 raw = reader.get_next()
                 if not raw:
                     break
+                when = raw.get("__REALTIME_TIMESTAMP")
+                if since is not None and isinstance(when, datetime.datetime) \
+                        and when.timestamp() < since:
+                    continue  # the seek lands on the nearest entry, maybe an earlier one
                 kept.append(_entry(raw))
         entries = list(kept)
     finally:

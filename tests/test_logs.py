@@ -131,7 +131,9 @@ def test_a_bad_log_level_is_refused_clearly():
         r = subprocess.run([PYTHON, "-m", prog, "--log-level", "loud"], capture_output=True,
                            text=True, timeout=30)
         assert r.returncode == 2 and "unknown log level 'loud'" in r.stderr, r
-        r = subprocess.run([PYTHON, "-m", prog, "--version"], capture_output=True, text=True,
+        # Refused while parsing, before anything is served.
+        r = subprocess.run([PYTHON, "-m", prog, "--socket", "/nonexistent/x.sock"],
+                           capture_output=True, text=True,
                            env={**os.environ, "CLOWDER_LOG_LEVEL": "nope"}, timeout=30)
         assert r.returncode == 2 and "unknown log level 'nope'" in r.stderr, r
 
@@ -147,7 +149,8 @@ def test_logs_json_since_and_cat(host, control):
     info = control.wait_running(["lg"])["lg"]
     for flag in (["--json"], ["-o", "json"]):
         got = wait_for(lambda: [e for e in _json_lines(host.ctl("logs", "lg", *flag).stdout)
-                                if e.get("MESSAGE_ID") == events.IDS["agent-spawned"]],
+                                if e.get("MESSAGE_ID") == events.IDS["agent-spawned"]
+                                and "spawned agent" in e["MESSAGE"]],
                        15, f"logs {flag} to list the agent's spawn")
         assert got[-1]["CLOWDER_AGENT"] == "lg" and got[-1]["CLOWDER_SESSION"] == \
             info["session"], got
