@@ -26,6 +26,11 @@ def add_parser(sub):
     p.set_defaults(run=run)
 
 LINGER_DIR = "/var/lib/systemd/linger"  # logind's record of who lingers
+# loginctl's words (systemd 252) when there is no logind to ask, and when polkit says no.
+NO_LOGIND = ("org.freedesktop.login1", "systemd-logind", "Failed to connect to bus",
+             "masked", "not found")
+REFUSED = ("Access denied", "authentication", "Authorization", "not authorized",
+           "Permission denied")
 
 
 def _run(cmd: list[str]) -> None:
@@ -83,10 +88,6 @@ def enable_linger() -> bool:
         return True
     fix = (f"your user units stop when your last login session ends; to keep them, an "
            f"administrator can run: loginctl enable-linger {user}")
-    if not os.path.isdir("/run/systemd/seats"):  # how sd_booted-style checks find logind
-        print(f"clowderctl install-units: cannot enable lingering for {user}: "
-              f"systemd-logind is not running here; {fix}", file=sys.stderr)
-        return False
     try:
         proc = subprocess.run(["loginctl", "--no-ask-password", "enable-linger", user],
                               capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -96,9 +97,13 @@ def enable_linger() -> bool:
         return False
     if proc.returncode:
         err = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")
-        why = "polkit refused it" if any(
-            w in err for w in ("Access denied", "authentication", "Authorization",
-                               "not authorized")) else "logind refused it"
+        # (/run/systemd/seats cannot tell: tmpfiles makes it whether logind runs or not.)
+        if any(w in err for w in NO_LOGIND):
+            why = "systemd-logind is not running here"
+        elif any(w in err for w in REFUSED):
+            why = "polkit refused it"
+        else:
+            why = "logind refused it"
         print(f"clowderctl install-units: cannot enable lingering for {user}: {why} "
               f"(loginctl: {err}); {fix}", file=sys.stderr)
         return False
