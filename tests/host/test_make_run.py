@@ -142,8 +142,10 @@ def _in_session(term: Tmux, tag: str) -> tuple[str, str]:
 def test_make_run_attaches_reattaches_the_same_session_and_make_stop_cleans_up(run_env):
     term, make_vars, name, clone = run_env
     term.enter(f"make run {make_vars}; echo make-run-1-exit-$?")
-    wait_for(lambda: "[clowder: attached to" in term.screen(), MAKE_DEADLINE,
-             "make run to attach (its banner)")
+    screen = wait_for(lambda: (s := term.screen()) and
+                      ("[clowder: attached to" in s or "make-run-1-exit-" in s) and s,
+                      MAKE_DEADLINE, "make run to attach (its banner) or end")
+    assert "[clowder: attached to" in screen, f"make run ended without attaching:\n{screen}"
     sid, pid = _in_session(term, "first")
     assert sid, term.screen()
 
