@@ -11,8 +11,10 @@ PYTEST_ARGS ?= -q
 # side by side under different names, each with its own VENV and STAGE).
 TESTS ?= tests
 INSTANCE ?= clowder-test
+# The instance `make run` leaves running (where systemd is not PID 1) until `make stop`.
+RUN_INSTANCE ?= clowder-run
 
-.PHONY: deps venv stage test test-unit test-faults test-soak test-hostile demo units clean
+.PHONY: deps venv stage test test-unit test-faults test-soak test-hostile test-run demo run stop units clean
 
 # CLOWDER_* variables of the caller's environment reach the tests inside the instance
 # (e.g. CLOWDER_SOAK_SECONDS, CLOWDER_FAULT_TRIALS).
@@ -52,8 +54,18 @@ test: venv stage
 	  cd $(STAGE) && $(PYTHON) -m pytest $(PYTEST_ARGS) $(TESTS); \
 	else \
 	  cd $(STAGE) && python3 tools/sysinstance.py run --name $(INSTANCE) $(INSTANCE_ENV) -- \
-	    $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider $(TESTS); \
+	    $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider --ignore=tests/host $(TESTS); \
 	fi
+	@if [ "$(TESTS)" = tests ]; then $(HOST_TESTS); fi
+
+# The tests that run on this machine's side, outside any instance (tests/host/): `make
+# run` and `make stop` from a fresh clone, in a real pty, with an instance of their own
+# (named after INSTANCE, so parallel runs do not collide).  Part of `make test`.
+HOST_TESTS = CLOWDER_RUN_SOURCE=$(CURDIR) CLOWDER_RUN_VENV=$(VENV) \
+	  CLOWDER_RUN_STAGE=$(STAGE)-run CLOWDER_RUN_INSTANCE=$(INSTANCE)-run \
+	  $(PYTHON) -m pytest $(PYTEST_ARGS) -p no:cacheprovider tests/host
+test-run: venv
+	$(HOST_TESTS)
 
 # The hostile-neighbour suite alone (it is part of `make test` too): every request kind
 # flooded by a client that never reads, tried by a second user, and the escape bombs.
@@ -88,6 +100,18 @@ demo: venv stage
 	  cd $(STAGE) && python3 tools/sysinstance.py run --name clowder-demo -- \
 	    sh tools/demo.sh $(PYTHON); \
 	fi
+
+# A shell session inside clowder that outlives the make: where systemd is not PID 1 it
+# boots the instance RUN_INSTANCE and leaves it running (tools/run.py).  Detach with
+# Ctrl-\; `make run` again comes back to the same session; `make stop` ends it all.
+# venv and stage are refreshed only when no instance is up (it sees / as at its boot).
+run:
+	@python3 tools/run.py running --name $(RUN_INSTANCE) || \
+	  $(MAKE) --no-print-directory venv stage
+	@python3 tools/run.py attach --name $(RUN_INSTANCE) --python $(PYTHON) --stage $(STAGE)
+
+stop:
+	@python3 tools/run.py stop --name $(RUN_INSTANCE) --python $(PYTHON)
 
 # Regenerate units/ from ctl/units.py (their one source).
 units: venv

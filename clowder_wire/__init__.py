@@ -23,7 +23,8 @@ from .host import (
     SnapshotData, InputAck,
 )
 from .control import (
-    AgentUp, AgentDown, AgentRestart, GetStatus, AgentInfo, StatusReport,
+    AgentUp, AgentDown, AgentRestart, GetStatus, AgentInfo, StatusReport, MAX_LOG_LINES,
+    GetLogs, LogEntries,
 )
 from .streams import (
     STREAM_WINDOW, STREAM_CHUNK, MAX_STREAMS, SERVICES, OpenStream, StreamOpened,
@@ -48,7 +49,8 @@ __all__ = [
     "UpgradeCheck", "HandOff",
     "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
     "Attached", "CheckReport", "SnapshotData", "InputAck", "AgentUp", "AgentDown",
-    "AgentRestart", "GetStatus", "AgentInfo", "StatusReport", "STREAM_WINDOW",
+    "AgentRestart", "GetStatus", "AgentInfo", "StatusReport", "MAX_LOG_LINES", "GetLogs",
+    "LogEntries", "STREAM_WINDOW",
     "STREAM_CHUNK", "MAX_STREAMS", "SERVICES", "OpenStream", "StreamOpened",
     "StreamData", "StreamAck", "StreamClose", "FileList", "FileRead", "FileWrite",
     "FileWatch", "FileUnwatch", "FileListing", "FileData", "FileEvents", "VcsStatus",

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from .frame import Message, register
 
-__all__ = ["AgentUp", "AgentDown", "AgentRestart", "GetStatus", "AgentInfo", "StatusReport"]
+__all__ = ["AgentUp", "AgentDown", "AgentRestart", "GetStatus", "AgentInfo", "StatusReport",
+           "MAX_LOG_LINES", "GetLogs", "LogEntries"]
+
+# The most journal entries one LogEntries carries (a client pages with ``after``).
+MAX_LOG_LINES = 1000
 
 
 @register
@@ -62,3 +66,28 @@ class StatusReport(Message):
     sessions: list = []
     problems: list = []
     host: dict = {}
+
+
+@register
+class GetLogs(Message):
+    """An agent's lifecycle events from the journal, for a user who may drive it (a
+    member cannot read the system journal). The newest ``lines`` (at most
+    MAX_LOG_LINES) logged at or after ``since`` (seconds since the epoch), or the
+    first ``lines`` after the journal cursor ``after``. -> LogEntries."""
+
+    KIND = 404
+    agent: str
+    lines: int = 200
+    since: int | None = None
+    after: str = ""
+
+
+@register
+class LogEntries(Message):
+    """clowder-control -> client: journal entries (dicts of journalctl -o json's field
+    names, only clowder-control's own fields), oldest first; ``cursor`` is the last
+    one's (or ``after`` again when there are none), to ask for what follows."""
+
+    KIND = 412
+    entries: list
+    cursor: str = ""

@@ -10,8 +10,9 @@ import signal
 import socket
 import sys
 
-from clowder_common import __version__, sdnotify
+from clowder_common import __version__, events, sdnotify
 from clowder_common.listener import Listener
+from clowder_common.log import add_argument as add_log_level
 from clowder_common.log import setup as setup_logging
 
 from . import config as configuration
@@ -43,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
                    "/run/clowder/ptyhost.sock, user: $XDG_RUNTIME_DIR/clowder/ptyhost.sock)")
     p.add_argument("--socket", help="listen here when not socket-activated")
     p.add_argument("--version", action="version", version=f"clowder-control {__version__}")
+    add_log_level(p)
     return p
 
 
@@ -151,12 +153,13 @@ async def _serve(args) -> None:
     sdnotify.notify(f"READY=1\nSTATUS={len(sup.runtimes)} agents")
     await stop.wait()
     sdnotify.notify("STOPPING=1")
-    log.info("clowder-control stopping; agents keep running", extra={"CLOWDER_CAUSE": "stop"})
+    log.info("clowder-control stopping; agents keep running",
+             extra={"CLOWDER_CAUSE": "stop", **events.fields("control-stopping")})
 
 
 def main(argv=None) -> None:
     args = _parse(argv)
-    setup_logging("clowder-control")
+    setup_logging("clowder-control", args.log_level)
     try:
         asyncio.run(_serve(args))
     except Exception:

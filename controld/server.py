@@ -21,6 +21,7 @@ from typing import Optional
 import clowder_wire as protocol
 from clowder_common import __version__
 
+from . import journal
 from .hostclient import HostError, open_host
 from .mux import Mux
 from .supervisor import Supervisor
@@ -61,6 +62,8 @@ class ControlServer:
                 writer.write(protocol.encode(protocol.Error(message=str(exc), code=exc.code,
                                                             fatal=True)))
                 return
+            log.debug("accepted a client: uid %d, first request %s", uid, type(first).__name__,
+                      extra={"CLOWDER_CAUSE": "accept"})
             if isinstance(first, protocol.OpenStream):
                 await Mux(self, uid, reader, writer).run(first)
             else:
@@ -162,6 +165,17 @@ class ControlServer:
                 return P.StatusReport(agents=st["agents"], unclaimed=st["unclaimed"],
                                       sessions=st["sessions"], problems=st["problems"],
                                       host=host)
+            if isinstance(msg, P.GetLogs):
+                if not sup.may_drive(uid, msg.agent):
+                    return P.Error(message=f"uid {uid} may not read the logs of agent "
+                                   f"{msg.agent!r}: it is not theirs", code="permission")
+                try:
+                    entries, cursor = await asyncio.get_running_loop().run_in_executor(
+                        None, journal.read, msg.agent, msg.lines, msg.since, msg.after)
+                except (OSError, ValueError) as exc:  # a bad cursor, no journal
+                    return P.Error(message=f"cannot read the journal: {exc}",
+                                   code="bad-request")
+                return P.LogEntries(entries=entries, cursor=cursor)
             if not isinstance(msg, (P.AgentUp, P.AgentDown, P.AgentRestart)):
                 return P.Error(message=f"{type(msg).__name__} is not a control request",
                                code="bad-request")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import clowder_wire as protocol
+from clowder_common import events
 
 from .activity import Activity
 from .config import Agent, Config, Shell, to_dict
@@ -158,9 +159,10 @@ class Supervisor:
     def event(self, agent: str, message: str, cause: str, session: str = "",
               level: int = logging.INFO) -> None:
         """A lifecycle event, filterable with journalctl CLOWDER_AGENT=<agent>."""
+        kind = events.AGENT_CAUSES.get(cause)
         log.log(level, "agent %s: %s", agent, message,
                 extra={"CLOWDER_AGENT": agent, "CLOWDER_CAUSE": cause,
-                       "CLOWDER_SESSION": session})
+                       "CLOWDER_SESSION": session, **(events.fields(kind) if kind else {})})
 
     # --- configuration -----------------------------------------------------------------
 
@@ -369,8 +371,8 @@ class Supervisor:
                 else f"it runs as uid {info.get('uid')}, not {uid}"
             log.warning("session %s is named %r but is not an agent's (%s): never adopted, "
                         "left alone", info["id"], name, why,
-                        extra={"CLOWDER_SESSION": info["id"],
-                               "CLOWDER_CAUSE": "not-adopted"})
+                        extra={"CLOWDER_SESSION": info["id"], "CLOWDER_CAUSE": "not-adopted",
+                               **events.fields("session-not-adopted")})
         return False
 
     def _adopt(self, rt: Runtime, rec: AgentRecord, role: str, info: dict, cause: str):

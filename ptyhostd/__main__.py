@@ -38,8 +38,9 @@ import faulthandler  # noqa: E402
 import logging  # noqa: E402
 import socket  # noqa: E402
 
-from clowder_common import __version__, sdnotify  # noqa: E402
+from clowder_common import __version__, events, sdnotify  # noqa: E402
 from clowder_common.listener import Listener  # noqa: E402
+from clowder_common.log import add_argument as add_log_level  # noqa: E402
 from clowder_common.log import setup as setup_logging  # noqa: E402
 
 from . import engine, handoff, inputqueue, screenmemory, screenwork  # noqa: E402
@@ -87,6 +88,7 @@ def parser() -> argparse.ArgumentParser:
                    help="scrollback all sessions' terminal models may keep together, "
                         "shared out among them (default: MemTotal/16, at most 2 GiB)")
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
+    add_log_level(p)
     p.add_argument("--check-handoff", action="store_true",
                    help="(internal) dry-run restore of a running host's state, for reload")
     p.add_argument("--hand-off", type=int, metavar="PID",
@@ -179,7 +181,8 @@ async def _serve(args) -> None:
     how = "after a hand-off" if handed is not None else ""
     if handed is not None:
         log.info("ptyhostd %s took over by hand-off: %d sessions", __version__,
-                 len(host.sessions), extra={"CLOWDER_CAUSE": "handoff"})
+                 len(host.sessions), extra={"CLOWDER_CAUSE": "handoff",
+                                            **events.fields("handoff-done")})
     sdnotify.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
     loop.run_in_executor(screenwork.POOL, engine.preload)  # off the loop, after READY
     if watchdog is not None and handed is None:
@@ -201,7 +204,7 @@ def main(argv=None) -> None:
     args = _parse(argv)
     if args.check_handoff:
         sys.exit(handoff.check_main())
-    setup_logging("ptyhostd")
+    setup_logging("ptyhostd", args.log_level)
     # A watchdog timeout sends SIGABRT: the journal then shows where the loop was stuck
     # (the unit sets LimitCORE=0, so no core of every parked ring is written).
     faulthandler.enable()

@@ -15,7 +15,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Optional
 
-from clowder_common import sdnotify
+from clowder_common import events, sdnotify
 
 from . import faults, fdstore, handoff, inputseq, pty
 from .fd import Fd
@@ -129,7 +129,7 @@ class Adoption:
         self._spawn_task(self._after_start(save=not save_now))
         live = sum(1 for s in self.sessions.values() if s.state == "running")
         log.info("adopted %d sessions (%d running)", len(self.sessions), live,
-                 extra={"CLOWDER_CAUSE": "start"})
+                 extra={"CLOWDER_CAUSE": "start", **events.fields("host-started")})
 
     def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int]
                    ) -> Optional[Session]:
@@ -298,7 +298,7 @@ class Adoption:
                     and s.watch_pid(self.pidwatch, s.pid, lambda: self._on_pid_exit(s)):
                 self._resume(s)
                 s.set_state("running", f"adopted by its pid {s.pid}, found in its unit, "
-                            "without systemd's word")
+                            "without systemd's word", event="session-adopted")
                 return
         except Exception as again:
             log.error("session %s: watching pid %d: %s", s.id, s.pid, again,
@@ -309,7 +309,8 @@ class Adoption:
         except Exception as again:
             log.error("session %s: reading its pty: %s", s.id, again,
                       extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "adopt-failed"})
-        s.set_state(s.state, "kept as recorded until systemd can be asked how it is")
+        s.set_state(s.state, "kept as recorded until systemd can be asked how it is",
+                    event="session-adopted")
         self._spawn_task(self._ask_again(s))
 
     async def _ask_again(self, s: Session) -> None:
@@ -353,7 +354,10 @@ class Adoption:
         """Serve an adopted session whose program still runs (its pid is watched)."""
         s.start_reading(self.loop)
         if s.state != "running":
-            s.set_state("running", "adopted after a host restart")
+            s.set_state("running", "adopted after a host restart", event="session-adopted")
+        else:
+            log.debug("session %s: adopted, pid %s", s.id, s.pid,
+                      extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "adopt"})
 
     async def _after_start(self, save: bool) -> None:
         """What the start leaves until the clients that waited through a restart are

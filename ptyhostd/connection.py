@@ -76,6 +76,9 @@ class Connection(asyncio.Protocol):
         # Read once, now: the peer's process is the one that connected (peer.py).
         self.control = self.uid == self.host.uid and \
             peer.is_control(sock, self.pid, self.host.control_cgroup)
+        log.debug("accepted a client: pid %d uid %d%s", self.pid, self.uid,
+                  " (clowder-control)" if self.control else "",
+                  extra={"CLOWDER_CAUSE": "accept"})
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
     def data_received(self, data: bytes) -> None:

@@ -167,6 +167,8 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
         # hangs is ended by CHECK_TIMEOUT, a host that hangs by the watchdog.
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
             env.pop(name, None)
+        log.debug("hand-off: checking the installed code on a copy of %d manifest slots "
+                  "and %d rings", len(copies), len(rings), extra={"CLOWDER_CAUSE": "handoff"})
         try:
             proc = subprocess.run([sys.executable, "-m", "ptyhostd", "--check-handoff"],
                                   env=env, pass_fds=keep, capture_output=True, text=True,
@@ -212,6 +214,8 @@ def execute(keep: dict[str, list[int]]) -> None:
         # handle it: the mask survives exec, and main() unblocks it once its handler is set.
         # So does a SIGHUP (a second reload), which main() then ignores instead of dying.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+        log.debug("hand-off: exec of %s -m ptyhostd with %d fds inherited", sys.executable,
+                  len(fds), extra={"CLOWDER_CAUSE": "handoff"})
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", "ptyhostd", *sys.argv[1:]])

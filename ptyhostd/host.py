@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import clowder_wire as protocol
-from clowder_common import fdlimit, sdnotify
+from clowder_common import events, fdlimit, sdnotify
 
 from . import fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
@@ -257,6 +257,8 @@ class Host(Adoption):
         self.sessions[sid] = s
         self.save()
         s.start_reading(self.loop)
+        log.debug("session %s: parked its pty and ring; starting unit %s as uid %d: %s",
+                  sid, s.unit, uid, argv, extra={"CLOWDER_SESSION": sid, "CLOWDER_CAUSE": "spawn"})
         try:
             result = await self.manager.start_session(
                 s.unit, argv, tty, req.cwd,
@@ -556,7 +558,8 @@ class Host(Adoption):
                 started()
             report = await self.check_handoff()
             log.info("hand-off to ptyhostd %s: check passed (%d sessions)", report["version"],
-                     report["sessions"], extra={"CLOWDER_CAUSE": "handoff"})
+                     report["sessions"], extra={"CLOWDER_CAUSE": "handoff",
+                                                **events.fields("handoff-checked")})
             self.save()
             models = {}
             for s in [s for s in self.sessions.values() if s.screen is not None]:
@@ -582,12 +585,14 @@ class Host(Adoption):
         except handoff.HandoffError as exc:
             self.last_handoff_error = str(exc)
             why = f"hand-off refused, the running code keeps serving: {exc}"
-            log.error("%s", why, extra={"CLOWDER_CAUSE": "handoff-refused"})
+            log.error("%s", why, extra={"CLOWDER_CAUSE": "handoff-refused",
+                                        **events.fields("handoff-refused")})
         except Exception as exc:  # our side failed, not the new code's check
             outcome = "hand-off failed"
             self.last_handoff_error = f"{type(exc).__name__}: {exc}"
             why = f"hand-off failed, the running code keeps serving: {type(exc).__name__}: {exc}"
-            log.error("%s", why, exc_info=exc, extra={"CLOWDER_CAUSE": "handoff-failed"})
+            log.error("%s", why, exc_info=exc, extra={"CLOWDER_CAUSE": "handoff-failed",
+                                                      **events.fields("handoff-failed")})
         finally:
             self._handing_off = False
             try:
@@ -610,9 +615,11 @@ class Host(Adoption):
             job = "restart"
         if job != "stop":
             log.info("exiting for %s; %d sessions stay parked", job or "a signal",
-                     len(self.sessions), extra={"CLOWDER_CAUSE": job or "signal"})
+                     len(self.sessions), extra={"CLOWDER_CAUSE": job or "signal",
+                                                **events.fields("host-exiting")})
             return
-        log.info("stopping: ending every session", extra={"CLOWDER_CAUSE": "stop"})
+        log.info("stopping: ending every session",
+                 extra={"CLOWDER_CAUSE": "stop", **events.fields("host-stopping")})
         running = [s for s in self.sessions.values() if s.state == "running"]
         for s in running:
             s.unwatch_pid()
@@ -653,7 +660,8 @@ def _log_refusal(cause: str, text: str, key: str = "") -> None:
     now, key = time.monotonic(), key or cause
     if now - _refusals_logged.get(key, -REFUSAL_LOG_INTERVAL) >= REFUSAL_LOG_INTERVAL:
         _refusals_logged[key] = now
-        log.warning("spawn refused: %s", text, extra={"CLOWDER_CAUSE": cause})
+        log.warning("spawn refused: %s", text,
+                    extra={"CLOWDER_CAUSE": cause, **events.fields("spawn-refused")})
 
 
 def _check_argv(argv) -> list[str]:

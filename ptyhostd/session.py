@@ -26,6 +26,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 import clowder_wire as protocol
+from clowder_common import events
 
 from . import engine
 from .fd import Fd
@@ -274,12 +275,15 @@ class Session:
         return protocol.Exited(session=self.id, status=self.exit_status or "lost",
                                exit_code=self.exit_code, signal=self.signal)
 
-    def set_state(self, state: str, cause: str) -> None:
-        """Enter ``state``; every transition is logged with its cause."""
+    def set_state(self, state: str, cause: str, event: Optional[str] = None) -> None:
+        """Enter ``state``; every transition is logged with its cause, as an event of
+        kind ``event`` (default: the state's, clowder_common/events.py)."""
         old, self.state = self.state, state
+        kind = event or events.SESSION_STATES.get(state)
         log.info("session %s: %s -> %s (%s)", self.id, old, state, cause,
                  extra={"CLOWDER_SESSION": self.id, "CLOWDER_STATE": state,
-                        "CLOWDER_CAUSE": cause, "CLOWDER_UNIT": self.unit})
+                        "CLOWDER_CAUSE": cause, "CLOWDER_UNIT": self.unit,
+                        **(events.fields(kind) if kind else {})})
 
     # --- the byte path ------------------------------------------------------------------
 

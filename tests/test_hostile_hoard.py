@@ -74,6 +74,8 @@ CONTROL_FLOODS = {
     "AgentUp": _frames(P.AgentUp(agent="no-such-agent"), times=200),
     "AgentRestart": _frames(P.AgentRestart(agent="no-such-agent", shells=True), times=200),
     "Attach": _frames(P.Attach(session=BIG)),
+    "GetLogs": _frames(P.GetLogs(agent="no-such-agent", lines=P.MAX_LOG_LINES), times=200),
+    "GetLogs-bad-cursor": _frames(P.GetLogs(agent="x", after=BIG[:P.MAX_DATA // 2])),
     "OpenStream": _frames(P.OpenStream(stream=1, service=BIG)),
     "OpenStream-status": _frames(*(P.OpenStream(stream=n, service="status")
                                    for n in range(1, 200))),

@@ -136,6 +136,7 @@ def test_deb_contents(debs):
     files = set(re.findall(r" \.(/\S+)$", run(["dpkg-deb", "-c", new]).stdout, re.M))
     for path in ["/usr/bin/ptyhostd", "/usr/bin/clowderctl", "/usr/bin/clowder-control",
                  "/usr/lib/sysusers.d/clowder.conf",
+                 "/usr/lib/systemd/catalog/clowder.catalog",
                  "/usr/lib/python3/dist-packages/ptyhostd/__main__.py",
                  "/usr/lib/python3/dist-packages/controld/__main__.py",
                  "/usr/lib/python3/dist-packages/ctl/__main__.py",
@@ -532,6 +533,7 @@ def test_rpm_builds_with_the_layout(rpm):
     for path in ["/usr/bin/ptyhostd", "/usr/bin/clowderctl", "/usr/bin/clowder-control",
                  "/usr/lib/sysusers.d/clowder.conf",
                  "/usr/lib/systemd/system-preset/80-clowder.preset",
+                 "/usr/lib/systemd/catalog/clowder.catalog",
                  *[f"/usr/lib/systemd/system/{u}" for u in UNITS],
                  *[f"/usr/lib/systemd/user/{u}" for u in UNITS]]:
         assert path in files, f"{path} is not in {rpm}"

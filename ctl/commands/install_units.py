@@ -1,6 +1,7 @@
 """clowderctl install-units: write the units for this installation and start the socket."""
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,17 @@ def add_parser(sub):
     p.add_argument("--control-exec-start", default=None,
                    help="the control daemon's command (default: the host command with "
                         "ptyhostd replaced by controld)")
+    p.add_argument("--no-linger", action="store_true",
+                   help="--user: do not enable lingering (the units then stop when your "
+                        "last login session ends)")
     p.set_defaults(run=run)
+
+LINGER_DIR = "/var/lib/systemd/linger"  # logind's record of who lingers
+# loginctl's words (systemd 252) when there is no logind to ask, and when polkit says no.
+NO_LOGIND = ("org.freedesktop.login1", "systemd-logind", "Failed to connect to bus",
+             "masked", "not found")
+REFUSED = ("Access denied", "authentication", "Authorization", "not authorized",
+           "Permission denied")
 
 
 def _run(cmd: list[str]) -> None:
@@ -62,4 +73,40 @@ def run(args) -> int:
     # The control daemon runs from boot: it is what brings the agents back.
     _run(ctl + ["enable", "clowder-control.service"])
     print(f"enabled and started clowder-ptyhost.socket and clowder-control.socket ({scope})")
+    if scope == "user" and not args.no_linger:
+        enable_linger()
     return 0
+
+
+def enable_linger() -> bool:
+    """Ask logind to keep our user manager (and so the units) running without a login
+    session, as `loginctl enable-linger` does; say exactly why not if it cannot.  Not
+    an error: the units work until the last session ends."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    if os.path.exists(os.path.join(LINGER_DIR, user)):
+        print(f"lingering is enabled for {user}: the units keep running after you log out")
+        return True
+    fix = (f"your user units stop when your last login session ends; to keep them, an "
+           f"administrator can run: loginctl enable-linger {user}")
+    try:
+        proc = subprocess.run(["loginctl", "--no-ask-password", "enable-linger", user],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        print(f"clowderctl install-units: cannot enable lingering for {user}: loginctl is "
+              f"not installed; {fix}", file=sys.stderr)
+        return False
+    if proc.returncode:
+        err = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")
+        # (/run/systemd/seats cannot tell: tmpfiles makes it whether logind runs or not.)
+        if any(w in err for w in NO_LOGIND):
+            why = "systemd-logind is not running here"
+        elif any(w in err for w in REFUSED):
+            why = "polkit refused it"
+        else:
+            why = "logind refused it"
+        print(f"clowderctl install-units: cannot enable lingering for {user}: {why} "
+              f"(loginctl: {err}); {fix}", file=sys.stderr)
+        return False
+    print(f"enabled lingering for {user} (loginctl enable-linger): the units keep running "
+          f"after you log out")
+    return True
