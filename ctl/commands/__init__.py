@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from ..options import CommandParser  # each subcommand's: it takes the global options too
+
 # (name, module under ctl.commands, help), in the order --help lists them.
 COMMANDS = (
     ("spawn", "spawn", "start a program in a new session"),
@@ -91,7 +93,7 @@ def add_all(parser: argparse.ArgumentParser) -> LazySubcommands:
     """Add every subcommand to ``parser`` without importing any of their modules."""
     parser.register("action", "lazy_parsers", LazySubcommands)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                action="lazy_parsers")
+                                action="lazy_parsers", parser_class=CommandParser)
     for name, module, helptext in COMMANDS:
         sub.add_lazy(name, module, helptext)
     return sub
