@@ -57,6 +57,10 @@ class Unreachable(ClientError):
     exit_code = exits.UNREACHABLE
 
 
+class NotConnected(Unreachable):
+    """Connecting itself failed: no socket, refused, no permission, ssh would not run."""
+
+
 class TimedOut(ClientError):
     """What was waited for did not come in time."""
 
@@ -125,7 +129,7 @@ def connect_unix(path: str, timeout: float, unit: str) -> socket.socket:
             time.sleep(0.05)
         except OSError as exc:
             sock.close()
-            raise Unreachable(_refused(path, exc, unit)) from None
+            raise NotConnected(_refused(path, exc, unit)) from None
 
 
 def _refused(path: str, exc: OSError, unit: str) -> str:
@@ -153,7 +157,7 @@ class Client:
             try:
                 transport = path.open()
             except ConnectionError as exc:
-                raise Unreachable(str(exc)) from None
+                raise NotConnected(str(exc)) from None
             self._take(transport.sock, path, path.peer, path.peer, transport)
             self.daemon, self.location = path.daemon, f"on {path.host} (through {path})"
         else:

@@ -32,10 +32,11 @@ exit status:
        answered but the PTY host did not
   {TIMEOUT:<4} timeout: a daemon did not answer within the deadline (frozen, wedged, or
        its listen backlog full); `wait --timeout` ran out
+  {WAIT_FAILED:<4} `wait` only: clowderctl itself failed, whatever the kind (stderr says
+       which), its usage errors too
   {INTERRUPTED:<4} interrupted (^C)
   wait: the session's own status (128+N if signal N ended it), unless clowderctl
-       itself failed: {TIMEOUT} timed out, {WAIT_FAILED} any other failure, its usage
-       errors too (stderr says which); `wait --json` prints the session's status and
-       exits as every other command
+       itself failed ({TIMEOUT} or {WAIT_FAILED}); `wait --json` prints the session's
+       status and exits as every other command
   attach: the session's status when it ends while attached; before that as above
 """

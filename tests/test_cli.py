@@ -1,6 +1,6 @@
 """clowderctl's command-line surface, as a script sees it (issue 15, point 2).
 
-Each exit status of ctl/exits.py, `--json` on the commands a script reads (keys checked
+Each exit status of ctl/py, `--json` on the commands a script reads (keys checked
 exactly: they are documented, so they are a contract), global options after the verb,
 `--version` on the three programs, and help text and an example on every subcommand.
 Against system and user units (the ``host`` fixture), under a real systemd.
@@ -24,8 +24,8 @@ import pytest
 from conftest import PYTHON, ROOT, wait_for
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
 
-from ctl import exits
-
+# The statuses scripts rely on, spelled out: a change to ctl/py must fail here.
+OK, REFUSED, USAGE, UNREACHABLE, TIMEOUT, WAIT_FAILED = 0, 1, 2, 3, 124, 125
 NOWHERE = "/run/clowder-no-such-dir/ptyhost.sock"
 
 
@@ -50,21 +50,21 @@ def ended_with(host, code: int) -> str:
 def test_each_failure_has_its_own_exit_status(host):
     # usage
     r = host.ctl("ps", "--no-such-option", check=False)
-    assert r.returncode == exits.USAGE == 2 and b"unrecognized" in r.stderr, r
+    assert r.returncode == USAGE and b"unrecognized" in r.stderr, r
     # refused: the host answered no
     for args in (["kill", "no-such-session"], ["rm", "no-such-session"],
                  ["send", "no-such-session", "x"]):
         r = host.ctl(*args, check=False)
-        assert r.returncode == exits.REFUSED == 1 and b"no such session" in r.stderr, r
+        assert r.returncode == REFUSED and b"no such session" in r.stderr, r
     # unreachable: nothing listens there (was 2, the usage errors' status)
     r = bare(host, "--socket", NOWHERE, "ps")
-    assert r.returncode == exits.UNREACHABLE == 3, r
+    assert r.returncode == UNREACHABLE, r
     assert b"nothing listens at" in r.stderr and b"Traceback" not in r.stderr, r.stderr
     # ... and the same option after the verb (was a usage error)
     r = bare(host, "ps", "--socket", NOWHERE)
-    assert r.returncode == exits.UNREACHABLE and b"nothing listens at" in r.stderr, r
+    assert r.returncode == UNREACHABLE and b"nothing listens at" in r.stderr, r
     r = bare(host, "status", "--control-socket", NOWHERE.replace("ptyhost", "control"))
-    assert r.returncode == exits.UNREACHABLE and b"nothing listens at" in r.stderr, r
+    assert r.returncode == UNREACHABLE and b"nothing listens at" in r.stderr, r
 
 
 def test_wait_passes_the_programs_status_and_keeps_its_own_apart(host):
@@ -74,22 +74,22 @@ def test_wait_passes_the_programs_status_and_keeps_its_own_apart(host):
     # clowderctl's own failures, as timeout(1)'s: never a status a program could mean
     # by accident (before: 1 refused, 2 unreachable, 2 usage, 2 for --timeout).
     r = host.ctl("wait", "no-such-session", check=False)
-    assert r.returncode == exits.WAIT_FAILED == 125 and b"no such session" in r.stderr, r
+    assert r.returncode == WAIT_FAILED and b"no such session" in r.stderr, r
     r = bare(host, "--socket", NOWHERE, "wait", sid, timeout=30)
-    assert r.returncode == exits.WAIT_FAILED and b"nothing listens" in r.stderr, r
+    assert r.returncode == WAIT_FAILED and b"nothing listens" in r.stderr, r
     r = host.ctl("wait", check=False)  # no ID
-    assert r.returncode == exits.WAIT_FAILED and b"required" in r.stderr, r
+    assert r.returncode == WAIT_FAILED and b"required" in r.stderr, r
     running = host.spawn("sleep", "100000")
     t0 = time.monotonic()
     r = host.ctl("wait", running, "--timeout", "1", check=False, timeout=30)
-    assert r.returncode == exits.TIMEOUT == 124 and b"did not end within" in r.stderr, r
+    assert r.returncode == TIMEOUT and b"did not end within" in r.stderr, r
     assert time.monotonic() - t0 < 15
     host.ctl("kill", running, timeout=30)
     # --json: the status is in the output; the exit status is every command's.
     r = host.ctl("wait", "--json", "no-such-session", check=False)
-    assert r.returncode == exits.REFUSED, r
+    assert r.returncode == REFUSED, r
     r = bare(host, "--socket", NOWHERE, "wait", "--json", sid, timeout=30)
-    assert r.returncode == exits.UNREACHABLE, r
+    assert r.returncode == UNREACHABLE, r
 
 
 def test_a_daemon_not_answering_and_status_without_the_host(host, control):
@@ -99,16 +99,16 @@ def test_a_daemon_not_answering_and_status_without_the_host(host, control):
     try:
         # Within a few seconds of freezing: the watchdog replaces a frozen host later.
         r = host.ctl("ps", "--timeout", "1", check=False, timeout=30)  # after the verb
-        assert r.returncode == exits.TIMEOUT and b"not answering" in r.stderr, r
+        assert r.returncode == TIMEOUT and b"not answering" in r.stderr, r
         r = host.ctl("status", check=False, timeout=30)
         # It was 0: the agents shown are only what clowder-control last knew.
-        assert r.returncode == exits.UNREACHABLE and b"not answering" in r.stdout, r
+        assert r.returncode == UNREACHABLE and b"not answering" in r.stdout, r
     finally:
         try:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass  # a watchdog replaced the frozen host meanwhile
-    wait_for(lambda: host.ctl("status", check=False).returncode == exits.OK, 30,
+    wait_for(lambda: host.ctl("status", check=False).returncode == OK, 30,
              "status to exit 0 once the host answers again")
 
 
@@ -260,11 +260,13 @@ def test_every_argument_has_help_and_every_subcommand_an_example():
 
 
 def test_the_exit_statuses_are_documented_where_people_look():
+    from ctl import exits
     from ctl.__main__ import build_parser
+    assert (exits.OK, exits.REFUSED, exits.USAGE, exits.UNREACHABLE, exits.TIMEOUT,
+            exits.WAIT_FAILED) == (OK, REFUSED, USAGE, UNREACHABLE, TIMEOUT, WAIT_FAILED)
     epilog = build_parser().epilog
-    for code in (exits.REFUSED, exits.USAGE, exits.UNREACHABLE, exits.TIMEOUT,
-                 exits.WAIT_FAILED):
-        assert f"{code}" in epilog
+    for code in (REFUSED, USAGE, UNREACHABLE, TIMEOUT, WAIT_FAILED):
+        assert f"\n  {code} " in epilog, f"--help has no exit-status row {code}"
     for doc in ("README.md", "docs/design.md"):
         with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
             text = f.read()

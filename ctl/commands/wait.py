@@ -12,7 +12,7 @@ import time
 import clowder_wire as protocol
 
 from .. import exits
-from ..client import Client, ClientError, NotAnswering, RequestFailed, TimedOut, Unreachable
+from ..client import Client, ClientError, NotAnswering, NotConnected, RequestFailed, TimedOut
 
 EPILOG = f"""\
 exit status:
@@ -71,11 +71,12 @@ def run(args) -> int:
             break
         except (RequestFailed, NotAnswering):
             raise  # NotAnswering: connecting or the handshake outlived the deadline
-        except Unreachable:
+        except NotConnected:
             if not connected:
-                raise  # nothing to wait on at all, not a host restarting
+                raise  # nothing listens at all: not a host restarting (its socket stays)
             _retry(args, deadline)
         except ClientError:
+            connected = True  # something listened: a host restarting drops connections
             _retry(args, deadline)
     if args.json:
         print(json.dumps(ended(msg)))
