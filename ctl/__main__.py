@@ -20,8 +20,9 @@ from .transport import Remote
 RUN_THERE = ("logs", "config", "install-units")
 
 EPILOG = f"""\
-global options may come before the command or anywhere after it:
-  clowderctl ps --socket /run/clowder/ptyhost.sock  is  clowderctl --socket ... ps
+global options come before the command or anywhere after it: `clowderctl ps
+  --socket PATH` is `clowderctl --socket PATH ps`.  After `wait`, --timeout is wait's
+  own (how long to wait for the session's end).
 
 deadline:
   Every request to a daemon (connecting, the handshake, each reply) gives up after

@@ -98,11 +98,11 @@ def test_a_daemon_not_answering_and_status_without_the_host(host, control):
     os.kill(pid, signal.SIGSTOP)
     try:
         # Within a few seconds of freezing: the watchdog replaces a frozen host later.
-        r = host.ctl("ps", "--timeout", "1", check=False, timeout=30)  # after the verb
-        assert r.returncode == TIMEOUT and b"not answering" in r.stderr, r
         r = host.ctl("status", check=False, timeout=30)
         # It was 0: the agents shown are only what clowder-control last knew.
         assert r.returncode == UNREACHABLE and b"not answering" in r.stdout, r
+        r = host.ctl("ps", "--timeout", "1", check=False, timeout=30)  # after the verb
+        assert r.returncode == TIMEOUT and b"not answering" in r.stderr, r
     finally:
         try:
             os.kill(pid, signal.SIGCONT)
