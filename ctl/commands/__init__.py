@@ -4,6 +4,8 @@ A subcommand's module is imported only when that subcommand runs: `clowderctl ps
 not pay for attach's terminal handling or config's YAML.  COMMANDS lists each name
 with its module and the one-line help that `clowderctl --help` shows without importing
 it (tests/test_layering.py checks each module adds its names with that same help).
+Each subcommand's parser is a ``ctl.options.CommandParser``: it takes the global options
+after the verb too, and its epilog (the examples) keeps its lines.
 """
 
 from __future__ import annotations
