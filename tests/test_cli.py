@@ -65,6 +65,7 @@ def test_each_failure_has_its_own_exit_status(host):
     assert r.returncode == UNREACHABLE and b"nothing listens at" in r.stderr, r
     r = bare(host, "status", "--control-socket", NOWHERE.replace("ptyhost", "control"))
     assert r.returncode == UNREACHABLE and b"nothing listens at" in r.stderr, r
+    assert b"clowder-control.socket started?" in r.stderr, r.stderr  # its own daemon's
 
 
 def test_wait_passes_the_programs_status_and_keeps_its_own_apart(host):

@@ -40,7 +40,9 @@ def run(args) -> int:
     else:
         msg = {"up": protocol.AgentUp, "down": protocol.AgentDown}[args.verb](agent=args.agent)
     expect = protocol.Ok if args.verb == "down" else protocol.AgentInfo
-    with Client(args.control_socket or default_control_socket()) as c:
+    # peer: messages name clowder-control and its socket unit, not the PTY host's.
+    with Client(args.control_socket or default_control_socket(),
+                peer="clowder-control") as c:
         reply = c.request(msg, expect)
         if args.verb == "down":
             # How its sessions ended (SIGHUP, or escalated to SIGTERM / SIGKILL).

@@ -37,7 +37,9 @@ examples:
 
 
 def _agent(args) -> dict:
-    with Client(args.control_socket or default_control_socket()) as c:
+    # peer: messages name clowder-control and its socket unit, not the PTY host's.
+    with Client(args.control_socket or default_control_socket(),
+                peer="clowder-control") as c:
         report = c.request(protocol.GetStatus(), protocol.StatusReport)
     for agent in report.agents:
         if agent.get("name") == args.agent:

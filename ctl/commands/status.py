@@ -58,7 +58,9 @@ def _table(rows: list[tuple]) -> None:
 
 
 def run(args) -> int:
-    with Client(args.control_socket or default_control_socket()) as c:
+    # peer: messages name clowder-control and its socket unit, not the PTY host's.
+    with Client(args.control_socket or default_control_socket(),
+                peer="clowder-control") as c:
         rep = c.request(protocol.GetStatus(), protocol.StatusReport)
     # The host's own answer, not only clowder-control's: a script must not read
     # agents clowder-control only remembers as a healthy status.
