@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import deadline
-from .client import ClientError, NotAnswering, RequestFailed
-from .commands import add_all
+from clowder_common import __version__
+
+from . import deadline, exits, options
+from .client import ClientError, Unreachable
+from .commands import COMMANDS, add_all
 from .text import shown
 from .transport import Remote
 
@@ -18,49 +20,38 @@ from .transport import Remote
 RUN_THERE = ("logs", "config", "install-units")
 
 EPILOG = f"""\
+global options come before the command or anywhere after it: `clowderctl ps
+  --socket PATH` is `clowderctl --socket PATH ps`.  After `wait`, --timeout is wait's
+  own (how long to wait for the session's end).
+
 deadline:
   Every request to a daemon (connecting, the handshake, each reply) gives up after
   --timeout seconds (default: ${deadline.ENV}, else {deadline.DEFAULT:g}), saying which
   daemon is not answering, and where.  `wait`, `attach` and `file watch` are bounded
   only until their first answer: the event they wait for may take any time.
 
-exit status:
-  0    success (`wait`: the session's own exit code; `attach`: the session's when it ends)
-  1    the daemon refused the request (no such session, permission, a failed check)
-  2    any other failure: nothing listens, bad arguments, the connection dropped
-  {deadline.EXIT_CODE}  a daemon did not answer within the deadline (frozen, wedged, or
-       its listen backlog full); a frozen PTY host is replaced by systemd's watchdog
+{exits.TABLE}
+examples:
+  id=$(clowderctl spawn --name build -- make -j8)
+  clowderctl wait --json "$id"
+  clowderctl --host box status --json
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(load_all: bool = False) -> argparse.ArgumentParser:
+    """clowderctl's parser; ``load_all``: with every subcommand's own parser built (for
+    man pages and completions), not only the one a command line names."""
     p = argparse.ArgumentParser(prog="clowderctl",
                                 description="Drive the clowder PTY host.", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--timeout", dest="request_timeout", type=_seconds, metavar="SECONDS",
-                   help=f"give up on a daemon that does not answer within SECONDS "
-                   f"(default: ${deadline.ENV}, else {deadline.DEFAULT:g}; exit status "
-                   f"{deadline.EXIT_CODE})")
-    p.add_argument("--socket", help="the host's socket (default: $CLOWDER_SOCKET, "
-                   "$XDG_RUNTIME_DIR/clowder/ptyhost.sock, /run/clowder/ptyhost.sock)")
-    p.add_argument("--control-socket", help="clowder-control's socket (default: "
-                   "$CLOWDER_CONTROL_SOCKET, $XDG_RUNTIME_DIR/clowder/control.sock, "
-                   "/run/clowder/control.sock); with --host, the socket on that host")
-    p.add_argument("--host", metavar="[USER@]HOST",
-                   help="run the command on HOST, through `ssh HOST clowderctl relay` "
-                   "($CLOWDER_SSH: the ssh command and its options, default ssh; "
-                   "$CLOWDER_REMOTE_RELAY: the command run there, default `clowderctl "
-                   "relay`; $CLOWDER_REMOTE_CTL: how to run clowderctl there); "
-                   "logs, config and install-units run there whole")
-    add_all(p)
+    p.add_argument("--version", action="version", version=f"clowderctl {__version__}",
+                   help="print clowderctl's version and exit")
+    options.add(p)
+    sub = add_all(p)
+    if load_all:
+        for name, _module, _help in COMMANDS:
+            sub.load(name)
     return p
-
-
-def _seconds(text: str) -> float:
-    try:
-        return deadline.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def through_host(parser: argparse.ArgumentParser, args) -> None:
@@ -94,12 +85,16 @@ def without_host(argv: list[str]) -> list[str]:
 def main(argv=None) -> None:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # a usage error exits exits.USAGE (argparse's 2)
     deadline.set_seconds(args.request_timeout)
     try:
         deadline.seconds()
     except ValueError as exc:
+        if args.command == "wait":  # its own failures are 125 (ctl/exits.py)
+            parser.print_usage(sys.stderr)
+            parser.exit(exits.WAIT_FAILED, f"clowderctl wait: {exc}\n")
         parser.error(str(exc))
+    args.global_argv = options.as_argv(args)  # as given, before --host turns them Remote
     if args.host:
         through_host(parser, args)
     try:
@@ -107,22 +102,22 @@ def main(argv=None) -> None:
             try:
                 code = args.socket.run(without_host(argv))
             except ConnectionError as exc:
-                raise ClientError(str(exc)) from None
+                raise Unreachable(str(exc)) from None
+            if code == exits.SSH_FAILED:  # ssh said why on stderr
+                code = exits.UNREACHABLE
         else:
             code = args.run(args)
-    except RequestFailed as exc:
-        print(f"clowderctl {args.command}: {shown(exc, lines=True)}", file=sys.stderr)
-        code = 1
-    except NotAnswering as exc:
-        print(f"clowderctl {args.command}: {shown(exc, lines=True)}", file=sys.stderr)
-        code = deadline.EXIT_CODE
     except ClientError as exc:
         print(f"clowderctl {args.command}: {shown(exc, lines=True)}", file=sys.stderr)
-        code = 2
+        code = exc.exit_code
+        if args.command == "wait" and not getattr(args, "json", False):
+            # wait passes the session's status through: its own failures are told apart
+            # from any program's as timeout(1) tells them (ctl/exits.py).
+            code = exits.TIMEOUT if code == exits.TIMEOUT else exits.WAIT_FAILED
     except KeyboardInterrupt:
-        code = 130
+        code = exits.INTERRUPTED
     except BrokenPipeError:
-        code = 0
+        code = exits.OK
     sys.exit(code or 0)
 
 

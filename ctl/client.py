@@ -20,7 +20,7 @@ import time
 import clowder_wire as protocol
 from clowder_common import __version__
 
-from . import deadline
+from . import deadline, exits
 from .transport import Remote, SshTransport
 
 # Requests whose answer comes when an event happens, not when the daemon gets to it.
@@ -38,10 +38,36 @@ _SLOW = {protocol.UpgradeCheck: 10.0, protocol.VcsStatus: 20.0, protocol.VcsDiff
 
 
 class ClientError(Exception):
-    """Something the user should read; clowderctl prints it and exits non-zero."""
+    """Something the user should read; clowderctl prints it and exits with
+    ``exit_code`` (ctl/exits.py): each kind of failure below has its own."""
+
+    exit_code = exits.REFUSED  # what was asked could not be done
 
 
-class NotAnswering(ClientError):
+class UsageError(ClientError):
+    """The command was called in a way it cannot work (e.g. attach without a terminal)."""
+
+    exit_code = exits.USAGE
+
+
+class Unreachable(ClientError):
+    """No connection to the daemon: nothing listens, no permission, ssh failed, or the
+    connection dropped before the answer."""
+
+    exit_code = exits.UNREACHABLE
+
+
+class NotConnected(Unreachable):
+    """Connecting itself failed: no socket, refused, no permission, ssh would not run."""
+
+
+class TimedOut(ClientError):
+    """What was waited for did not come in time."""
+
+    exit_code = exits.TIMEOUT
+
+
+class NotAnswering(TimedOut):
     """A daemon took no connection, or sent no reply, within the deadline."""
 
 
@@ -105,7 +131,7 @@ def connect_unix(path: str, timeout: float, unit: str) -> socket.socket:
             time.sleep(0.05)
         except OSError as exc:
             sock.close()
-            raise ClientError(_refused(path, exc, unit)) from None
+            raise NotConnected(_refused(path, exc, unit)) from None
 
 
 def _refused(path: str, exc: OSError, unit: str) -> str:
@@ -133,7 +159,7 @@ class Client:
             try:
                 transport = path.open()
             except ConnectionError as exc:
-                raise ClientError(str(exc)) from None
+                raise NotConnected(str(exc)) from None
             self._take(transport.sock, path, path.peer, path.peer, transport)
             self.daemon, self.location = path.daemon, f"on {path.host} (through {path})"
         else:
@@ -160,7 +186,7 @@ class Client:
         except OSError as exc:  # e.g. ssh already gone when Hello was written
             message = self._closed(f"cannot talk to {self.peer}: {exc.strerror or exc}")
             self.close()
-            raise ClientError(message) from None
+            raise Unreachable(message) from None
         except ClientError:
             self.close()
             raise
@@ -222,8 +248,7 @@ class Client:
             try:
                 data = self.sock.recv(1 << 16)
             except socket.timeout:  # a timeout the caller set on the socket (wait)
-                raise ClientError(f"{self.where} did not answer in time") \
-                    from None
+                raise TimedOut(f"{self.where} did not answer in time") from None
             except ConnectionResetError:
                 data = b""
             if not data:
@@ -232,8 +257,8 @@ class Client:
                     message = self._closed(f"cannot reach {self.peer} through ssh")
                     if self.transport.proc.returncode == deadline.EXIT_CODE:
                         raise NotAnswering(message)  # the relay timed out there
-                    raise ClientError(message)
-                raise ClientError(self._closed(f"{self.peer} closed the connection"))
+                    raise Unreachable(message)
+                raise Unreachable(self._closed(f"{self.peer} closed the connection"))
             try:
                 self.pending.extend(self.reader.feed(data))
             except protocol.ProtocolError as exc:

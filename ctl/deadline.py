@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import os
 
+from . import exits
+
 DEFAULT = 10.0
 ENV = "CLOWDER_TIMEOUT"
 # The exit status of a clowderctl whose daemon did not answer in time: timeout(1)'s.
-EXIT_CODE = 124
+EXIT_CODE = exits.TIMEOUT
 
 _given: float | None = None
 

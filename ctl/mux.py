@@ -21,7 +21,7 @@ import threading
 
 import clowder_wire as protocol
 
-from .client import Client, ClientError
+from .client import Client, ClientError, TimedOut, Unreachable
 from .portable import nonblocking_pipe
 from .transport import Remote
 
@@ -64,7 +64,7 @@ class Mux:
         """A connected socket for a new stream to ``service``; ClientError if refused."""
         with self._lock:
             if self.dead:
-                raise ClientError(f"the connection to {self.peer} is closed: {self.dead}")
+                raise Unreachable(f"the connection to {self.peer} is closed: {self.dead}")
             st = _Stream(self._next, service)
             self._next += 1
             self._streams[st.number] = st
@@ -72,11 +72,11 @@ class Mux:
                 self._send(P.OpenStream(stream=st.number, service=service, port=port))
             except OSError as exc:
                 self.dead = f"cannot write to {self.peer}: {exc.strerror or exc}"
-                raise ClientError(f"the connection to {self.peer} is closed: "
+                raise Unreachable(f"the connection to {self.peer} is closed: "
                                   f"{self.dead}") from None
         self._wake()
         if not st.opened.wait(timeout):
-            raise ClientError(f"{self.peer} did not open the {service} stream in time")
+            raise TimedOut(f"{self.peer} did not open the {service} stream in time")
         if st.error:
             message, code = st.error
             raise ClientError(f"{service} stream refused by {self.peer}: {message}"

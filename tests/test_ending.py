@@ -116,11 +116,14 @@ def test_status_answers_while_the_host_is_frozen(host, control):
         assert "not answering" in rep.host.get("error", ""), rep.host
         assert [a["name"] for a in rep.agents] == ["calm"]
         t0 = time.monotonic()
-        text = host.ctl("status", timeout=10).stdout.decode()
+        r = host.ctl("status", timeout=10, check=False)
         assert time.monotonic() - t0 < 5
+        text = r.stdout.decode()
         assert "PTY host" in text and "not answering" in text, text
-        js = json.loads(host.ctl("status", "--json", timeout=10).stdout)
-        assert js["host"]["answering"] is False, js["host"]
+        assert r.returncode == 3, r  # unreachable (ctl/exits.py), not a healthy 0
+        r = host.ctl("status", "--json", timeout=10, check=False)
+        js = json.loads(r.stdout)
+        assert js["host"]["answering"] is False and r.returncode == 3, (js["host"], r)
         # A request that needs the host fails fast, saying why (unless the host was
         # replaced meanwhile, and then it simply works).
         t0 = time.monotonic()

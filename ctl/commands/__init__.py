@@ -4,12 +4,16 @@ A subcommand's module is imported only when that subcommand runs: `clowderctl ps
 not pay for attach's terminal handling or config's YAML.  COMMANDS lists each name
 with its module and the one-line help that `clowderctl --help` shows without importing
 it (tests/test_layering.py checks each module adds its names with that same help).
+Each subcommand's parser is a ``ctl.options.CommandParser``: it takes the global options
+after the verb too, and its epilog (the examples) keeps its lines.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+
+from ..options import CommandParser  # each subcommand's: it takes the global options too
 
 # (name, module under ctl.commands, help), in the order --help lists them.
 COMMANDS = (
@@ -98,7 +102,7 @@ def add_all(parser: argparse.ArgumentParser) -> LazySubcommands:
     """Add every subcommand to ``parser`` without importing any of their modules."""
     parser.register("action", "lazy_parsers", LazySubcommands)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                action="lazy_parsers")
+                                action="lazy_parsers", parser_class=CommandParser)
     for name, module, helptext in COMMANDS:
         sub.add_lazy(name, module, helptext)
     return sub

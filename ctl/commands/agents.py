@@ -8,14 +8,25 @@ from ..client import Client, default_control_socket
 from ..text import shown
 
 
+EXAMPLES = {verb: f"""\
+--json prints the agent as `clowderctl status --json` lists it (name, state, session,
+  pid, shells, ...).
+
+examples:
+  clowderctl {verb} claude{extra}
+""" for verb, extra in (("up", "\n  clowderctl up claude --json"),
+                        ("down", "\n  clowderctl --host box down claude"),
+                        ("restart", "\n  clowderctl restart claude --shells"))}
+
+
 def add_parser(sub):
     for name, helptext in (("up", "start an agent and its shells"),
                            ("down", "stop an agent and its shells (SIGHUP, then SIGTERM, "
                                     "then SIGKILL) and keep it down"),
                            ("restart", "restart an agent with its normal command (its "
                                        "shells are left running unless --shells)")):
-        p = sub.add_parser(name, help=helptext)
-        p.add_argument("agent", metavar="AGENT")
+        p = sub.add_parser(name, help=helptext, epilog=EXAMPLES[name])
+        p.add_argument("agent", metavar="AGENT", help="the agent's name in clowder.yaml")
         if name == "restart":
             p.add_argument("--shells", action="store_true",
                            help="restart its companion shells too")
@@ -29,7 +40,9 @@ def run(args) -> int:
     else:
         msg = {"up": protocol.AgentUp, "down": protocol.AgentDown}[args.verb](agent=args.agent)
     expect = protocol.Ok if args.verb == "down" else protocol.AgentInfo
-    with Client(args.control_socket or default_control_socket()) as c:
+    # peer: messages name clowder-control and its socket unit, not the PTY host's.
+    with Client(args.control_socket or default_control_socket(),
+                peer="clowder-control") as c:
         reply = c.request(msg, expect)
         if args.verb == "down":
             # How its sessions ended (SIGHUP, or escalated to SIGTERM / SIGKILL).

@@ -11,15 +11,24 @@ import time
 import clowder_wire as protocol
 from clowder_wire.host import fit_size
 
-from ..client import (Client, ClientError, NotAnswering, RequestFailed,
-                      default_control_socket)
+from .. import exits
+from ..client import (Client, ClientError, NotAnswering, RequestFailed, Unreachable,
+                      UsageError, default_control_socket)
 from ..detachkey import DetachKey, parse_key
 from ..outer import OuterTerminal
 from ..portable import nonblocking_pipe, terminal_selector
 
 
 def add_parser(sub):
-    p = sub.add_parser("attach", help="attach this terminal to a session")
+    p = sub.add_parser("attach", help="attach this terminal to a session", epilog="""\
+Detach with the detach key (Ctrl-\\ by default); the session keeps running.  When the
+session ends while attached, attach exits with its status (128+N for signal N).
+
+examples:
+  clowderctl attach
+  clowderctl attach --read-only build
+  clowderctl --host box attach --agent claude/sh
+""")
     p.add_argument("session", metavar="ID", nargs="?",
                    help="a session id or name (default: your newest running session); "
                         "with --agent, AGENT or AGENT/SHELL")
@@ -105,7 +114,7 @@ class _Session:
             if isinstance(exc, RequestFailed) or (first and isinstance(exc, ClientError)):
                 raise  # e.g. no such session, or no host to attach to at all
             if first:
-                raise ClientError(f"the PTY host closed the connection ({exc})") from None
+                raise Unreachable(f"the PTY host closed the connection ({exc})") from None
             # Reattaching, the host went away again before it answered: wait for it
             # once more, as after any restart.
             return "dropped", None
@@ -316,7 +325,7 @@ def _wait_for_host(path) -> None:
             raise
         except ClientError:
             if time.monotonic() > deadline:
-                raise ClientError("the PTY host did not come back within 60 s")
+                raise Unreachable("the PTY host did not come back within 60 s")
             time.sleep(0.1)
 
 
@@ -394,7 +403,7 @@ def run(args) -> int:
     # Inside a session, attaching to itself would feed its output back in as input.
     if not args.agent and args.session == os.environ.get("CLOWDER_SESSION"):
         print(f"clowderctl attach: {_itself(args.session)}", file=sys.stderr)
-        return 2
+        return exits.USAGE
     try:
         key = parse_key(args.detach_key)
     except ValueError as exc:
@@ -406,7 +415,7 @@ def run(args) -> int:
     if not os.isatty(stdin) and not args.read_only:
         # Without a terminal there is no raw mode and no detach key; keys for a script
         # are what `send` is for.
-        raise ClientError("stdin is not a terminal, and attach types into the session "
+        raise UsageError("stdin is not a terminal, and attach types into the session "
                           "from one (--read-only watches without one; `clowderctl send` "
                           "types from a script)")
     outer = OuterTerminal(stdin, sys.stdout.fileno())

@@ -8,8 +8,15 @@ from ..client import Client, ClientError
 
 
 def add_parser(sub):
-    p = sub.add_parser("backlog", help="print the retained raw output")
-    p.add_argument("session", metavar="ID")
+    p = sub.add_parser("backlog", help="print the retained raw output", epilog="""\
+The bytes exactly as the program wrote them, escapes and all (the host keeps the last
+ones, a bounded ring).
+
+examples:
+  clowderctl backlog "$id" > session.raw
+  clowderctl backlog build | tail -c 2000
+""")
+    p.add_argument("session", metavar="ID", help="a session id or name")
     p.set_defaults(run=run)
 
 

@@ -4,10 +4,18 @@ import os
 import sys
 
 
+EPILOG = """\
+examples:
+  clowderctl config check
+  clowderctl config check ~/.config/clowder/clowder.yaml --json
+"""
+
+
 def add_parser(sub):
-    p = sub.add_parser("config", help="check the agents configuration")
+    p = sub.add_parser("config", help="check the agents configuration", epilog=EPILOG)
     actions = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
-    check = actions.add_parser("check", help="validate a configuration file without applying it")
+    check = actions.add_parser("check", help="validate a configuration file without "
+                               "applying it", epilog=EPILOG)
     check.add_argument("file", nargs="?", metavar="FILE",
                        help="the file (default: the user's if it exists and you are not "
                             "root, else the system's)")

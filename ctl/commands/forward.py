@@ -18,7 +18,13 @@ from ..mux import Mux
 
 def add_parser(sub):
     p = sub.add_parser("forward", help="forward a local TCP port to a port on the "
-                       "daemon's machine (its loopback)")
+                       "daemon's machine (its loopback)", epilog="""\
+It runs until ^C; a dropped connection is opened again at the next local connection.
+
+examples:
+  clowderctl --host box forward 8080
+  clowderctl --host box forward 5432 --listen 0
+""")
     p.add_argument("port", type=_port, help="the port there")
     p.add_argument("--listen", type=_port, metavar="PORT",
                    help="the local port on 127.0.0.1 (default: the same number; 0: any)")

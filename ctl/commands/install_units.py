@@ -10,14 +10,23 @@ from .. import units
 
 
 def add_parser(sub):
-    p = sub.add_parser("install-units", help="install and start the systemd units")
+    p = sub.add_parser("install-units", help="install and start the systemd units",
+                       epilog="""\
+examples:
+  sudo clowderctl install-units --system
+  clowderctl install-units --user
+  clowderctl install-units --user --dest /tmp/units
+""")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--system", dest="scope", action="store_const", const="system")
-    scope.add_argument("--user", dest="scope", action="store_const", const="user")
-    p.add_argument("--dest", help="write the files here and do nothing else")
-    p.add_argument("--exec-start", default=f"{sys.executable} -m ptyhostd",
+    scope.add_argument("--system", dest="scope", action="store_const", const="system",
+                       help="system units in /etc/systemd/system (default as root)")
+    scope.add_argument("--user", dest="scope", action="store_const", const="user",
+                       help="your own user units (default when not root)")
+    p.add_argument("--dest", metavar="DIR",
+                   help="write the files here and do nothing else")
+    p.add_argument("--exec-start", default=f"{sys.executable} -m ptyhostd", metavar="COMMAND",
                    help="the host command (default: this Python with -m ptyhostd)")
-    p.add_argument("--control-exec-start", default=None,
+    p.add_argument("--control-exec-start", default=None, metavar="COMMAND",
                    help="the control daemon's command (default: the host command with "
                         "ptyhostd replaced by controld)")
     p.add_argument("--no-linger", action="store_true",

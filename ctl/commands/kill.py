@@ -14,9 +14,16 @@ STILL_RUNNING_AFTER = 0.5  # seconds after --signal before saying the session ru
 
 def add_parser(sub):
     p = sub.add_parser("kill", help="end a session (SIGHUP, then SIGTERM, then SIGKILL), "
-                                    "or send it one signal")
-    p.add_argument("session", metavar="ID")
+                                    "or send it one signal", epilog="""\
+Without --signal it returns once the session has ended, saying how far it went.
+
+examples:
+  clowderctl kill "$id"
+  clowderctl kill --signal INT build
+""")
+    p.add_argument("session", metavar="ID", help="a session id or name")
     p.add_argument("--signal", "-s", default=None,
+                   metavar="SIGNAL",
                    help="send exactly this signal (name or number) instead of ending it")
     p.set_defaults(run=run, parser=p)
 

@@ -22,15 +22,24 @@ from ..client import Client, ClientError, default_control_socket
 
 
 def add_parser(sub):
-    p = sub.add_parser("open", help="lay an agent and its shells out in tmux")
-    p.add_argument("agent", metavar="AGENT")
+    p = sub.add_parser("open", help="lay an agent and its shells out in tmux", epilog="""\
+Each pane runs `clowderctl attach --agent`: tmux is only the view, the sessions live on
+the PTY host.  Inside tmux it opens a new window; outside, a new tmux session.
+
+examples:
+  clowderctl open claude
+  clowderctl --host box open claude --no-attach
+""")
+    p.add_argument("agent", metavar="AGENT", help="the agent's name in clowder.yaml")
     p.add_argument("--no-attach", action="store_true",
                    help="outside tmux: make the tmux session but do not attach to it")
     p.set_defaults(run=run)
 
 
 def _agent(args) -> dict:
-    with Client(args.control_socket or default_control_socket()) as c:
+    # peer: messages name clowder-control and its socket unit, not the PTY host's.
+    with Client(args.control_socket or default_control_socket(),
+                peer="clowder-control") as c:
         report = c.request(protocol.GetStatus(), protocol.StatusReport)
     for agent in report.agents:
         if agent.get("name") == args.agent:
@@ -38,15 +47,10 @@ def _agent(args) -> dict:
     raise ClientError(f"no agent {args.agent!r} you may drive (see `clowderctl status`)")
 
 
-def _global_options() -> list[str]:
-    """The options given before the subcommand (--socket, --host, ...), for the panes."""
-    argv = sys.argv[1:]
-    return argv[:argv.index("open")] if "open" in argv else []
-
-
-def _attach(target: str) -> str:
-    """The shell command a pane runs: this clowderctl, as it was started."""
-    return shlex.join([sys.executable, "-m", "ctl", *_global_options(), "attach",
+def _attach(args, target: str) -> str:
+    """The shell command a pane runs: this clowderctl, with the global options it was
+    given (--socket, --host, ..., before or after `open`)."""
+    return shlex.join([sys.executable, "-m", "ctl", *args.global_argv, "attach",
                        "--agent", target])
 
 
@@ -68,16 +72,16 @@ def run(args) -> int:
                           "in terminals of your own instead:\n" + "\n".join(lines))
     inside = bool(os.environ.get("TMUX"))
     if inside:
-        first = _tmux("new-window", "-P", "-F", "#{pane_id}", "-n", name, _attach(name))
+        first = _tmux("new-window", "-P", "-F", "#{pane_id}", "-n", name, _attach(args, name))
         session = None
     else:
         session = f"clowder-{name}"
         first = _tmux("new-session", "-d", "-P", "-F", "#{pane_id}", "-s", session,
-                      "-n", name, _attach(name))
+                      "-n", name, _attach(args, name))
     for shell in shells:
         side = "-h" if shell.get("split") == "right" else "-v"
         _tmux("split-window", "-t", first, side, "-l", f"{shell.get('percent') or 50}%",
-              _attach(f"{name}/{shell['name']}"))
+              _attach(args, f"{name}/{shell['name']}"))
     _tmux("select-pane", "-t", first)
     if session is not None and not args.no_attach and os.isatty(sys.stdin.fileno()):
         return subprocess.run(["tmux", "attach-session", "-t", session]).returncode

@@ -12,8 +12,19 @@ from ..text import shown
 COLUMNS = ("id", "name", "pid", "unit", "state", "exit", "size", "created")
 
 
+EPILOG = """\
+--json prints one array of sessions, oldest first, each an object with id, name, pid,
+  uid, unit, state ("running", "exited", "killed", ...), exit_code, signal, cols, rows,
+  created (seconds since the epoch), cwd, argv and agent, as the PTY host reports them.
+
+examples:
+  clowderctl ps
+  clowderctl ps --all --json | jq -r '.[] | select(.state == "running") | .id'
+"""
+
+
 def add_parser(sub):
-    p = sub.add_parser("ps", help="list sessions")
+    p = sub.add_parser("ps", help="list sessions", epilog=EPILOG)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--all", "-a", action="store_true",
                    help="also the ended sessions whose end was already seen")

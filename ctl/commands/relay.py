@@ -9,7 +9,7 @@ every session, and the next relay reaches the same ones.
 
 It never starts anything itself. Connecting to a socket-activated socket lets systemd
 start the daemon, as for any client; when nothing listens (no socket file, or connection
-refused) the relay says so and exits 2 at once, and ssh passes both on.
+refused) the relay says so and exits 3 (unreachable) at once, and ssh passes both on.
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ CONNECT_TIMEOUT = 10.0  # a unix connect blocks only while the listen backlog is
 
 def add_parser(sub):
     p = sub.add_parser("relay", help="copy stdin/stdout to clowder-control's socket "
-                       "(what `clowderctl --host` runs through ssh)")
+                       "(what `clowderctl --host` runs through ssh)", epilog="""\
+Not for people: `clowderctl --host HOST ...` runs it there through ssh.
+
+examples:
+  ssh box clowderctl relay --to host
+""")
     p.add_argument("--socket", dest="relay_socket", metavar="PATH",
                    help="the socket (default: --control-socket, $CLOWDER_CONTROL_SOCKET, "
                         "$XDG_RUNTIME_DIR/clowder/control.sock, /run/clowder/control.sock; "

@@ -7,7 +7,10 @@ from ..text import shown
 
 
 def add_parser(sub):
-    p = sub.add_parser("rename", help="give a session a new name")
+    p = sub.add_parser("rename", help="give a session a new name", epilog="""\
+examples:
+  clowderctl rename "$id" build-old
+""")
     p.add_argument("session", metavar="ID", help="a session id or its current name")
     p.add_argument("name", metavar="NEW",
                    help="printable, and not the name of another running session of yours")

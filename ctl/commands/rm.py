@@ -6,8 +6,14 @@ from ..client import Client
 
 
 def add_parser(sub):
-    p = sub.add_parser("rm", help="forget ended sessions")
-    p.add_argument("sessions", nargs="+", metavar="ID")
+    p = sub.add_parser("rm", help="forget ended sessions", epilog="""\
+A running session is refused (`clowderctl kill` ends it first).
+
+examples:
+  clowderctl rm "$id"
+""")
+    p.add_argument("sessions", nargs="+", metavar="ID",
+                   help="an ended session's id or name (one or more)")
     p.set_defaults(run=run)
 
 

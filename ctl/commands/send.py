@@ -14,8 +14,15 @@ from ..client import Client, RequestFailed
 
 
 def add_parser(sub):
-    p = sub.add_parser("send", help="send input to a session")
-    p.add_argument("session", metavar="ID")
+    p = sub.add_parser("send", help="send input to a session", epilog="""\
+The bytes go as they are: a newline is typed as Enter only where the program takes it
+so; most interactive programs want a carriage return ($'\\r').
+
+examples:
+  clowderctl send "$id" 'make test'$'\\r'
+  clowderctl send build < keys.txt
+""")
+    p.add_argument("session", metavar="ID", help="a session id or name")
     p.add_argument("text", nargs="?", help="the input (default: read stdin)")
     p.set_defaults(run=run)
 

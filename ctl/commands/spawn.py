@@ -8,6 +8,7 @@ import sys
 import clowder_wire as protocol
 from clowder_wire.host import fit_size
 
+from .. import exits
 from ..client import Client
 from ..transport import Remote
 
@@ -29,7 +30,14 @@ PASSED_ENV = TERMINAL_ENV + LOGIN_ENV
 
 
 def add_parser(sub):
-    p = sub.add_parser("spawn", help="start a program in a new session")
+    p = sub.add_parser("spawn", help="start a program in a new session", epilog="""\
+It prints the new session's id (--json: the whole session, as `ps --json` lists one).
+Put -- before a program that takes options of its own.
+
+examples:
+  id=$(clowderctl spawn --name build -- make -j8)
+  clowderctl spawn --cwd ~/src/proj --env EDITOR=vi -- claude
+""")
     p.add_argument("--name", help="a name for the session")
     p.add_argument("--cwd", help="working directory (default: the current one; with "
                    "--host: an absolute path there, default systemd's for the unit)")
@@ -111,7 +119,7 @@ def run(args) -> int:
                 argv[0] = resolve(argv[0], env.get("PATH"), cwd)
             except LookupError as exc:
                 print(f"clowderctl spawn: {exc}", file=sys.stderr)
-                return 2
+                return exits.USAGE
     with Client(args.socket) as c:
         info = c.request(protocol.Spawn(argv=argv, name=args.name, cwd=cwd, env=env,
                                         cols=cols, rows=rows, user=args.user),

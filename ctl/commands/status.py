@@ -5,12 +5,23 @@ import json
 
 import clowder_wire as protocol
 
+from .. import exits
 from ..client import Client, default_control_socket
 from ..text import shown
 
 
 def add_parser(sub):
-    p = sub.add_parser("status", help="show agents (from clowder-control)")
+    p = sub.add_parser("status", help="show agents (from clowder-control)", epilog=f"""\
+It exits {exits.UNREACHABLE} (unreachable) when clowder-control answered but the PTY host did
+not: the agents are then shown as clowder-control last knew them.
+
+--json prints one object: {{"agents": [...], "sessions": [...], "unclaimed": [...],
+  "problems": [...], "host": {{"answering": true|false, "error": why not, ...}}}}
+
+examples:
+  clowderctl status
+  clowderctl --host box status --json | jq '.agents[] | {{name, state}}'
+""")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=run)
 
@@ -47,13 +58,19 @@ def _table(rows: list[tuple]) -> None:
 
 
 def run(args) -> int:
-    with Client(args.control_socket or default_control_socket()) as c:
+    # peer: messages name clowder-control and its socket unit, not the PTY host's.
+    with Client(args.control_socket or default_control_socket(),
+                peer="clowder-control") as c:
         rep = c.request(protocol.GetStatus(), protocol.StatusReport)
+    # The host's own answer, not only clowder-control's: a script must not read
+    # agents clowder-control only remembers as a healthy status.
+    code = exits.OK if rep.host.get("answering", rep.host.get("reachable", True)) \
+        else exits.UNREACHABLE
     if args.json:
         print(json.dumps({"agents": rep.agents, "sessions": rep.sessions,
                           "unclaimed": rep.unclaimed, "problems": rep.problems,
                           "host": rep.host}))
-        return 0
+        return code
     rows = [("AGENT", "STATE", "ACTIVITY", "PID", "SESSION", "UPTIME", "LAST EXIT", "SHELLS",
              "CAUSE")]
     for a in rep.agents:
@@ -74,7 +91,7 @@ def run(args) -> int:
               f"{shown(s['pid'])}): named like an agent's but not one; left alone")
     for p in rep.problems:
         print(f"problem: {shown(p)}")
-    if not rep.host.get("answering", rep.host.get("reachable", True)):
+    if code != exits.OK:
         print(f"problem: PTY host not answering (agents as clowder-control last knew "
               f"them): {shown(rep.host.get('error'))}")
-    return 0
+    return code
