@@ -249,8 +249,6 @@ def test_every_argument_has_help_and_every_subcommand_an_example():
     assert len(everything) > 25, "not every subcommand was built"
     missing, no_example = [], []
     for path, parser in everything:
-        if path[1:2] == ["logs"]:
-            continue  # `logs` is being reworked apart (issue 15: journald)
         missing += [f"{' '.join(path)} {a.option_strings or a.dest}" for a in parser._actions
                     if not isinstance(a, argparse._SubParsersAction)
                     and (not a.help or a.help == argparse.SUPPRESS)]

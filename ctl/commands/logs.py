@@ -28,9 +28,9 @@ FOLLOW_EVERY = 1.0  # seconds between a member's follow requests
 def add_parser(sub):
     p = sub.add_parser(
         "logs", help="an agent's lifecycle events (journal)",
-        epilog="examples: clowderctl logs api --since '1h ago'; clowderctl logs api -o json "
-               "| jq .MESSAGE; clowderctl logs api -f")
-    p.add_argument("agent", metavar="AGENT")
+        epilog="examples:\n  clowderctl logs api --since '1h ago'\n"
+               "  clowderctl logs api -o json | jq .MESSAGE\n  clowderctl logs api -f\n")
+    p.add_argument("agent", metavar="AGENT", help="the agent whose lifecycle events to show")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     p.add_argument("--lines", "-n", type=int, default=200, metavar="N",
                    help=f"the newest N events (default 200; at most "
