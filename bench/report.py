@@ -342,6 +342,52 @@ def _repaint(res: dict) -> str:
     return out
 
 
+def _snapshot(res: dict, repaint: dict | None = None) -> str:
+    """Figure 8 (fig_snapshot.py), with the repaint figure's ratios of the same run."""
+    if "error" in res:
+        return f"Failed:\n\n```\n{res['error']}\n```\n"
+    peers = res["peers"]
+    mb = res["flood_bytes"] / 1e6
+    rows = []
+    for name in _ordered(peers):
+        for fmt, d in peers[name].get("snapshot", {}).items():
+            rows.append([name, f"snapshot {fmt}", _f(d["idle_ms"]), _f(d["after_flood_ms"]),
+                         _f(d["after_flood_max_ms"]), _f(d["ratio"], "{:.2f}")])
+    for name, d in sorted((repaint or {}).get("peers", {}).items()):
+        idle, after = d.get("idle", {}), d.get("after flood", {})
+        if idle.get("median_ms") and after.get("median_ms"):
+            rows.append([name, "repaint (attach to first paint, figure 5's)",
+                         _f(idle["median_ms"]), _f(after["median_ms"]), _f(after["max_ms"]),
+                         _f(after["median_ms"] / idle["median_ms"], "{:.2f}")])
+    out = (f"(a) One snapshot of a quiet 80x24 session (median of "
+           f"{res['snapshots_idle']} a round) and one right after {mb:g} MB of output "
+           f"(a fresh session a format and round), ms; {res['rounds']} rounds.\n\n"
+           + _table(["peer", "what", "idle ms", "after flood ms", "max ms",
+                     "after / idle"], rows))
+    cols, nrows = res["big"]
+    rows = []
+    for name in _ordered(peers):
+        echo = peers[name].get("echo", {})
+        base = echo.get("idle", {})
+        for load, d in echo.items():
+            answers = ", ".join(f"{k} {v}" for k, v in sorted(d.get("answers", {}).items()))
+            rows.append([name, load, _f(d["p50_ms"], "{:.2f}"), _f(d["p99_ms"], "{:.2f}"),
+                         _f(d["max_ms"], "{:.1f}"),
+                         _f(d["p99_ms"] / base["p99_ms"] if base.get("p99_ms") else None,
+                            "{:.1f}"),
+                         _f(d.get("snapshot_ms")), str(d.get("snapshots", "")), answers])
+    out += (f"\n(b) Another session's keystroke echo while snapshots of a {cols}x{nrows} "
+            f"screen full of coloured text are taken one after another, "
+            f"{res['samples_per_round']} keystrokes a round and format, pooled.\n\n"
+            + _table(["peer", "snapshots of the big screen", "echo p50 ms", "p99 ms",
+                      "max ms", "p99 x idle", "one snapshot, median ms", "snapshots",
+                      "answers"], rows))
+    errs = ["; ".join(peers[n].get("errors", [])) for n in _ordered(peers)]
+    if any(errs):
+        out += "\nErrors: " + " | ".join(e for e in errs if e) + "\n"
+    return out
+
+
 def markdown(results: dict, png: str | None, results_name: str) -> str:
     run = results.get("run", {})
     meta = results.get("meta", {})
@@ -370,7 +416,10 @@ def markdown(results: dict, png: str | None, results_name: str) -> str:
                  _echo),
                 ("4. Host memory per session", "memory", _memory),
                 ("5. Repaint latency for an attaching client, idle and after a flood",
-                 "repaint", _repaint)]
+                 "repaint", _repaint),
+                ("8. Snapshots idle and after a flood; echo beside snapshots of the largest "
+                 "screen", "snapshot",
+                 lambda res: _snapshot(res, results.get("repaint")))]
     for title, key, fn in sections:
         out.append(f"## {title}\n")
         out.append(fn(results[key]) if key in results else "Not run.\n")
