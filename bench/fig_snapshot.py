@@ -17,7 +17,10 @@ host's 250,000-cell cap; tmux gets the same size) is filled with coloured text (
 row words in random 256 colours, a fifth bold) and sleeps.  Then, in the same server,
 another session's echo (fig_echo's ECHO_ARGV and sampling, the minimal client for
 clowder, `tmux attach` for tmux) is sampled idle and while a thread of ours asks for
-snapshots of the big screen in a loop, one format per case.  A snapshot over what a
+snapshots of the big screen in a loop, one format per case; and, as the control, while
+a process of ours keeps one core busy (`md5sum /dev/zero`): on a shared 2-core
+machine, a server thread as busy as a snapshot loop costs the echo that much even
+without holding the GIL.  A snapshot over what a
 reply carries (1 MiB: ansi, html and json of this screen) is answered `too-large`
 after it was made, so it costs the host the same; the answers are counted.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import threading
 import time
 
@@ -39,6 +43,9 @@ WORK = "/tmp/clowder-bench"
 SNAPSHOTS = 5  # timed idle snapshots a round, format and peer
 BIG = (500, 500)
 FORMATS = {"clowder": ("text", "ansi", "html", "json"), "tmux": ("text", "ansi")}
+# The control: a process as busy as a snapshot loop keeps one of the server's threads,
+# but outside it (no GIL): what the machine's cores alone cost the echo meanwhile.
+CONTROL = "control: a busy core (md5sum)"
 TMUX_ARGS = {"text": ("-p",), "ansi": ("-p", "-e")}
 
 # The big screen: every row words in random 256 colours, then a marker file and sleep.
@@ -206,9 +213,11 @@ def beside_big(kind: str, samples: int, rng: random.Random, timeout: float) -> d
         term = side.echo_term()
         try:
             fig_echo._ready(term)
-            for load in ("idle",) + FORMATS[kind]:
-                loop = None
-                if load != "idle":
+            for load in ("idle", CONTROL) + FORMATS[kind]:
+                loop = busy = None
+                if load == CONTROL:
+                    busy = subprocess.Popen(["md5sum", "/dev/zero"], stdout=subprocess.DEVNULL)
+                elif load != "idle":
                     loop = _Loop(kind, big, load, getattr(side, "sock", None))
                     loop.start()
                     wait_for(lambda: loop.times, timeout, f"a first {load} snapshot")
@@ -225,6 +234,9 @@ def beside_big(kind: str, samples: int, rng: random.Random, timeout: float) -> d
                 finally:
                     if loop is not None:
                         loop.stop()
+                    if busy is not None:
+                        busy.kill()
+                        busy.wait()
                 out[load] = {"lat": lat, "snap": loop.times if loop else [],
                              "answers": loop.answers if loop else {}}
         finally:
@@ -281,7 +293,7 @@ def run(peer_names: list[str], flood: str, size: int, rounds: int, samples: int)
                                       "ratio": after / idle,
                                       "after_flood_all_ms": [round(v * 1e3, 1)
                                                              for v in got["after flood"]]}
-        for load in ("idle",) + FORMATS[kind]:
+        for load in ("idle", CONTROL) + FORMATS[kind]:
             got = echo.get((kind, load))
             if got and got["lat"]:
                 lat = got["lat"]
