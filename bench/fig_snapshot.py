@@ -36,7 +36,8 @@ import time
 import clowder
 import fig_echo
 import fig_repaint
-from common import ECHO_ARGV, log, median, percentile, read_until, run, wait_for
+from common import ECHO_ARGV, log, median, percentile, read_until, wait_for
+from common import run as sh
 from peers import TmuxPeer, unique
 
 WORK = "/tmp/clowder-bench"
@@ -128,7 +129,7 @@ class _Tmux:
 
     def snapshot(self, name: str, fmt: str) -> tuple[float, str]:
         t0 = time.perf_counter()
-        p = run(["tmux", "-L", self.sock, "-f", "/dev/null", "capture-pane",
+        p = sh(["tmux", "-L", self.sock, "-f", "/dev/null", "capture-pane",
                  *TMUX_ARGS[fmt], "-t", name], check=False)
         return time.perf_counter() - t0, "ok" if p.returncode == 0 else "error"
 

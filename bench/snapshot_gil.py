@@ -14,6 +14,8 @@ case to the snapshot itself):
   switch interval ``--interval`` (CPython's default, 5 ms, and lower ones);
 - ``cpu``: the control, a worker as busy but in C without the GIL (sha256 of 1 MiB
   blocks): what the machine's two cores, shared with the worker, cost the echo anyway;
+- ``json-whole``: the JSON snapshot as it was made before (one ``json.dumps`` of the
+  whole document); ``json-yield``: today's, with ``time.sleep(0)`` every 10 rows;
 - for the pyte engine too with ``--engine pyte`` (pure Python: the whole snapshot
   holds the GIL but for the switch interval).
 
@@ -92,7 +94,38 @@ def coloured_screen(engine: str):
 _BLOCK = os.urandom(1 << 20)
 
 
+def _json_whole(screen) -> str:
+    """The JSON snapshot as it was made before: one json.dumps of the whole document."""
+    from ptyhostd import screen_json
+    return json.dumps(screen_json.document(screen), ensure_ascii=False,
+                      separators=(",", ":")) + "\n"
+
+
+def _json_yield(screen) -> str:
+    """The JSON snapshot, with time.sleep(0) after every YIELD_ROWS rows read."""
+    from ptyhostd import screen_json
+    rows = screen.read_rows
+
+    def yielding():
+        for i, row in enumerate(rows()):
+            if i % YIELD_ROWS == 0:
+                time.sleep(0)
+            yield row
+    screen.read_rows = yielding
+    try:
+        return screen_json.snapshot(screen)
+    finally:
+        del screen.read_rows
+
+
+YIELD_ROWS = 10
+
+
 def take(screen, fmt: str):
+    if fmt == "json-whole":
+        return _json_whole(screen)
+    if fmt == "json-yield":
+        return _json_yield(screen)
     if fmt == "cpu":  # the control: a core busy in C without the GIL (hashlib drops it)
         for _ in range(8):
             hashlib.sha256(_BLOCK).digest()
@@ -232,7 +265,7 @@ def main() -> int:
     meta = {"engine": args.engine, "size": [COLS, ROWS], "loadavg": os.getloadavg()}
     sizes = {}
     for fmt in args.formats.split(","):
-        if fmt not in ("idle", "cpu"):
+        if fmt not in ("idle", "cpu", "json-yield"):
             t0 = time.perf_counter()
             sizes[fmt] = [len(take(screen, fmt)), round((time.perf_counter() - t0) * 1e3, 1)]
     meta["bytes_and_ms_alone"] = sizes
