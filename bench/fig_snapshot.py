@@ -17,7 +17,7 @@ host's 250,000-cell cap; tmux gets the same size) is filled with coloured text (
 row words in random 256 colours, a fifth bold) and sleeps.  Then, in the same server,
 another session's echo (fig_echo's ECHO_ARGV and sampling, the minimal client for
 clowder, `tmux attach` for tmux) is sampled idle and while a thread of ours asks for
-snapshots of the big screen in a loop, one format per case; and, as the control, while
+snapshots of the big screen in a loop (in a process of its own), one format per case; and, as the control, while
 a process of ours keeps one core busy (`md5sum /dev/zero`): on a shared 2-core
 machine, a server thread as busy as a snapshot loop costs the echo that much even
 without holding the GIL.  A snapshot over what a
@@ -27,10 +27,12 @@ after it was made, so it costs the host the same; the answers are counted.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import select
 import subprocess
-import threading
+import sys
 import time
 
 import clowder
@@ -41,6 +43,7 @@ from common import run as sh
 from peers import TmuxPeer, unique
 
 WORK = "/tmp/clowder-bench"
+HERE = os.path.dirname(os.path.abspath(__file__))
 SNAPSHOTS = 5  # timed idle snapshots a round, format and peer
 BIG = (500, 500)
 FORMATS = {"clowder": ("text", "ansi", "html", "json"), "tmux": ("text", "ansi")}
@@ -176,30 +179,72 @@ def after_flood(kind: str, flood: str, timeout: float) -> dict:
 # --- (b) echo beside snapshots of the biggest screen ----------------------------------------
 
 
-class _Loop(threading.Thread):
-    """Snapshots of ``target`` in ``fmt``, one after another, until stopped."""
+# The snapshot loop runs in a process of its own: a thread of this one would hold this
+# process's GIL while it splits megabytes of replies, delaying the echo we time here.
+_LOOP = """\
+import json, signal, sys, time
+import clowder_wire as P
+sys.path.insert(0, sys.argv[1])
+import clowder
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+conn = clowder.Conn()
+times, answers = [], {}
+while not stop:
+    t0 = time.perf_counter()
+    conn.send(P.GetSnapshot(session=sys.argv[2], format=sys.argv[3]))
+    while True:
+        reply = conn.recv()
+        if isinstance(reply, (P.SnapshotData, P.Error)):
+            break
+    times.append(time.perf_counter() - t0)
+    answer = "ok" if isinstance(reply, P.SnapshotData) else reply.code
+    answers[answer] = answers.get(answer, 0) + 1
+    if len(times) == 1:
+        print("first", flush=True)
+print(json.dumps({"times": times, "answers": answers}), flush=True)
+"""
+_TMUX_LOOP = """\
+import json, signal, subprocess, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+times, answers = [], {}
+while not stop:
+    t0 = time.perf_counter()
+    p = subprocess.run(["tmux", "-L", sys.argv[2], "-f", "/dev/null", "capture-pane",
+                        *sys.argv[4:], "-t", sys.argv[3]], capture_output=True)
+    times.append(time.perf_counter() - t0)
+    answer = "ok" if p.returncode == 0 else "error"
+    answers[answer] = answers.get(answer, 0) + 1
+    if len(times) == 1:
+        print("first", flush=True)
+print(json.dumps({"times": times, "answers": answers}), flush=True)
+"""
+
+
+class _Loop:
+    """Snapshots of ``target`` in ``fmt``, one after another, in a child process,
+    until stopped."""
 
     def __init__(self, side_kind: str, target: str, fmt: str, sock: str | None):
-        super().__init__(daemon=True)
-        self.side = SIDES[side_kind]()
-        if sock:
-            self.side.sock = sock
-        self.target, self.fmt = target, fmt
-        self.halt = threading.Event()
+        if side_kind == "tmux":
+            argv = [sys.executable, "-c", _TMUX_LOOP, HERE, sock, target, *TMUX_ARGS[fmt]]
+        else:
+            argv = [sys.executable, "-c", _LOOP, HERE, target, fmt]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         self.times: list[float] = []
         self.answers: dict[str, int] = {}
 
-    def run(self):
-        while not self.halt.is_set():
-            took, answer = self.side.snapshot(self.target, self.fmt)
-            self.times.append(took)
-            self.answers[answer] = self.answers.get(answer, 0) + 1
+    def wait_first(self, timeout: float) -> None:
+        ready = select.select([self.proc.stdout], [], [], timeout)[0]
+        if not ready or self.proc.stdout.readline().strip() != "first":
+            raise TimeoutError(f"no first snapshot within {timeout:g} s")
 
     def stop(self):
-        self.halt.set()
-        self.join()
-        if isinstance(self.side, _Clowder):
-            self.side.conn.close()
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=120)
+        got = json.loads(out.strip().splitlines()[-1])
+        self.times, self.answers = got["times"], got["answers"]
 
 
 def beside_big(kind: str, samples: int, rng: random.Random, timeout: float) -> dict:
@@ -220,8 +265,7 @@ def beside_big(kind: str, samples: int, rng: random.Random, timeout: float) -> d
                     busy = subprocess.Popen(["md5sum", "/dev/zero"], stdout=subprocess.DEVNULL)
                 elif load != "idle":
                     loop = _Loop(kind, big, load, getattr(side, "sock", None))
-                    loop.start()
-                    wait_for(lambda: loop.times, timeout, f"a first {load} snapshot")
+                    loop.wait_first(timeout)
                 lat = []
                 try:
                     for i in range(samples):
