@@ -105,6 +105,19 @@ session's model on its first attach).  "after flood": a fresh session first cats
 throughput file with no client attached, then draws the screen; the attach starts the
 moment the job has written its last byte.  dtach and abduco keep no screen, so they
 have no repaint to time.
+
+**8. Snapshots, and echo beside snapshots of the largest screen** (`bench/fig_snapshot.py`).
+(a) The repaint figure's 80x24 screen: snapshots of a quiet session, then one snapshot
+right after a fresh session's `cat` of the throughput file (a fresh session per format
+and round), asked the moment the job has written its last byte.  clowder: a GetSnapshot
+of each format on an open connection; tmux: `tmux capture-pane -p` (text) and `-p -e`
+(ansi), a process start included.  The repaint row is figure 5's, same run.  (b) A
+500x500 session (clowder's 250,000-cell cap; tmux gets the same size) full of coloured
+words; another session in the same server echoes keystrokes (figure 3's sampling) while
+a process of ours snapshots the big screen in a loop, one format per case.  ANSI, HTML
+and JSON of that screen are over 1 MiB: the host makes them and answers `too-large`
+(counted under "answers").  The control keeps one core busy outside the server
+(`md5sum /dev/zero`): what the machine's cores alone cost the echo meanwhile.
 """
 
 
