@@ -22,11 +22,12 @@ import fig_blackout  # noqa: E402
 import fig_echo  # noqa: E402
 import fig_memory  # noqa: E402
 import fig_repaint  # noqa: E402
+import fig_snapshot  # noqa: E402
 import fig_throughput  # noqa: E402
 from common import log, run  # noqa: E402
 from peers import AbducoPeer, DtachPeer, RawPeer, ScreenPeer, TmuxPeer  # noqa: E402
 
-FIGURES = ("throughput", "blackout", "echo", "repaint", "memory")
+FIGURES = ("throughput", "blackout", "echo", "repaint", "snapshot", "memory")
 
 
 def emit(name: str, value) -> None:
@@ -101,6 +102,10 @@ def main() -> int:
                 res = fig_repaint.run([p.name for p in peers],
                                       fig_throughput.make_file(args.size), args.size,
                                       args.rounds)
+            elif fig == "snapshot":
+                res = fig_snapshot.run([p.name for p in peers],
+                                       fig_throughput.make_file(args.size), args.size,
+                                       args.rounds, args.echo_samples)
             elif fig == "memory":
                 clowder.stop_host()  # a fresh host, nothing left from the other figures
                 clowder.start_host()

@@ -110,6 +110,19 @@ session's model on its first attach).  "after flood": a fresh session first cats
 throughput file with no client attached, then draws the screen; the attach starts the
 moment the job has written its last byte.  dtach and abduco keep no screen, so they
 have no repaint to time.
+
+**8. Snapshots, and echo beside snapshots of the largest screen** (`bench/fig_snapshot.py`).
+(a) The repaint figure's 80x24 screen: snapshots of a quiet session, then one snapshot
+right after a fresh session's `cat` of the throughput file (a fresh session per format
+and round), asked the moment the job has written its last byte.  clowder: a GetSnapshot
+of each format on an open connection; tmux: `tmux capture-pane -p` (text) and `-p -e`
+(ansi), a process start included.  The repaint row is figure 5's, same run.  (b) A
+500x500 session (clowder's 250,000-cell cap; tmux gets the same size) full of coloured
+words; another session in the same server echoes keystrokes (figure 3's sampling) while
+a process of ours snapshots the big screen in a loop, one format per case.  ANSI, HTML
+and JSON of that screen are over 1 MiB: the host makes them and answers `too-large`
+(counted under "answers").  The control keeps one core busy outside the server
+(`md5sum /dev/zero`): what the machine's cores alone cost the echo meanwhile.
 """
 
 
@@ -347,6 +360,52 @@ def _repaint(res: dict) -> str:
     return out
 
 
+def _snapshot(res: dict, repaint: dict | None = None) -> str:
+    """Figure 8 (fig_snapshot.py), with the repaint figure's ratios of the same run."""
+    if "error" in res:
+        return f"Failed:\n\n```\n{res['error']}\n```\n"
+    peers = res["peers"]
+    mb = res["flood_bytes"] / 1e6
+    rows = []
+    for name in _ordered(peers):
+        for fmt, d in peers[name].get("snapshot", {}).items():
+            rows.append([name, f"snapshot {fmt}", _f(d["idle_ms"]), _f(d["after_flood_ms"]),
+                         _f(d["after_flood_max_ms"]), _f(d["ratio"], "{:.2f}")])
+    for name, d in sorted((repaint or {}).get("peers", {}).items()):
+        idle, after = d.get("idle", {}), d.get("after flood", {})
+        if idle.get("median_ms") and after.get("median_ms"):
+            rows.append([name, "repaint (attach to first paint, figure 5's)",
+                         _f(idle["median_ms"]), _f(after["median_ms"]), _f(after["max_ms"]),
+                         _f(after["median_ms"] / idle["median_ms"], "{:.2f}")])
+    out = (f"(a) One snapshot of a quiet 80x24 session (median of "
+           f"{res['snapshots_idle']} a round) and one right after {mb:g} MB of output "
+           f"(a fresh session a format and round), ms; {res['rounds']} rounds.\n\n"
+           + _table(["peer", "what", "idle ms", "after flood ms", "max ms",
+                     "after / idle"], rows))
+    cols, nrows = res["big"]
+    rows = []
+    for name in _ordered(peers):
+        echo = peers[name].get("echo", {})
+        base = echo.get("idle", {})
+        for load, d in echo.items():
+            answers = ", ".join(f"{k} {v}" for k, v in sorted(d.get("answers", {}).items()))
+            rows.append([name, load, _f(d["p50_ms"], "{:.2f}"), _f(d["p99_ms"], "{:.2f}"),
+                         _f(d["max_ms"], "{:.1f}"),
+                         _f(d["p99_ms"] / base["p99_ms"] if base.get("p99_ms") else None,
+                            "{:.1f}"),
+                         _f(d.get("snapshot_ms")), str(d.get("snapshots", "")), answers])
+    out += (f"\n(b) Another session's keystroke echo while snapshots of a {cols}x{nrows} "
+            f"screen full of coloured text are taken one after another, "
+            f"{res['samples_per_round']} keystrokes a round and format, pooled.\n\n"
+            + _table(["peer", "snapshots of the big screen", "echo p50 ms", "p99 ms",
+                      "max ms", "p99 x idle", "one snapshot, median ms", "snapshots",
+                      "answers"], rows))
+    errs = ["; ".join(peers[n].get("errors", [])) for n in _ordered(peers)]
+    if any(errs):
+        out += "\nErrors: " + " | ".join(e for e in errs if e) + "\n"
+    return out
+
+
 def markdown(results: dict, png: str | None, results_name: str) -> str:
     run = results.get("run", {})
     meta = results.get("meta", {})
@@ -375,7 +434,10 @@ def markdown(results: dict, png: str | None, results_name: str) -> str:
                  _echo),
                 ("4. Host memory per session", "memory", _memory),
                 ("5. Repaint latency for an attaching client, idle and after a flood",
-                 "repaint", _repaint)]
+                 "repaint", _repaint),
+                ("8. Snapshots idle and after a flood; echo beside snapshots of the largest "
+                 "screen", "snapshot",
+                 lambda res: _snapshot(res, results.get("repaint")))]
     for title, key, fn in sections:
         out.append(f"## {title}\n")
         out.append(fn(results[key]) if key in results else "Not run.\n")

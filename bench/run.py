@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """clowder's benchmarks, side by side with tmux, GNU screen, dtach and abduco.
 
-    python3 bench/run.py [--quick] [--figures throughput,blackout,echo,repaint,memory]
+    python3 bench/run.py [--quick] [--figures throughput,blackout,echo,repaint,snapshot,memory]
                          [--rounds N] [--sessions 10,100,1000] [--size BYTES]
 
 Run as root from anywhere.  Not part of the test suite, and it asserts nothing about
@@ -33,7 +33,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-BASE = "/opt/clowder-bench"
+# Another base (e.g. a helper's own, beside another run): $CLOWDER_BENCH_BASE.
+BASE = os.environ.get("CLOWDER_BENCH_BASE", "/opt/clowder-bench")
 SRC = f"{BASE}/src"
 VENV = f"{BASE}/venv"
 PLOT_VENV = f"{BASE}/plot-venv"
@@ -148,7 +149,7 @@ def run_inside(argv: list[str], out_path: str, name: str = INSTANCE) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller and fewer: a check run")
-    p.add_argument("--figures", default="throughput,blackout,echo,repaint,memory")
+    p.add_argument("--figures", default="throughput,blackout,echo,repaint,snapshot,memory")
     p.add_argument("--rounds", type=int)
     p.add_argument("--size", type=int, help="bytes of the cat figure's file")
     p.add_argument("--sessions", help="N for the restart figure, comma-separated")

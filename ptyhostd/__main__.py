@@ -205,6 +205,7 @@ def main(argv=None) -> None:
     if args.check_handoff:
         sys.exit(handoff.check_main())
     setup_logging("ptyhostd", args.log_level)
+    sys.setswitchinterval(screenwork.SWITCH_INTERVAL)  # the loop's GIL wait: screenwork.py
     # A watchdog timeout sends SIGABRT: the journal then shows where the loop was stuck
     # (the unit sets LimitCORE=0, so no core of every parked ring is written).
     faulthandler.enable()

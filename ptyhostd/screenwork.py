@@ -5,7 +5,8 @@ second at the largest size (a repaint of a 500x500 screen of distinct colours: ~
 a full coloured screen erase, many times over in a few KiB of output).  On the loop
 that forwards every session's bytes that froze every session, so the work runs in a
 small pool of worker threads instead: the loop only copies bytes out of the ring and
-hands them over, and the GIL's switch interval (5 ms) bounds what the loop waits.
+hands them over, and the GIL's switch interval bounds what the loop waits for the GIL
+at each wake-up while a worker runs Python (``SWITCH_INTERVAL``, set by the host).
 
 A feed is also bounded in work, not only in bytes: escape sequences make a few bytes
 cost a pass over a row or the whole screen (``ESC # 8``, ``CSI 9999 b``, scrolling), so
@@ -28,6 +29,12 @@ POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="screen")
 # Ordinary output stays far below it (256 KiB of text costs ~0.3 M; a TUI redrawing a
 # 500x500 screen in it, ~1 M).
 WORK_BUDGET = 4_000_000
+# The GIL's switch interval in the host (CPython's default is 5 ms): the longest the
+# loop waits for the GIL at a wake-up while a worker runs Python.  An echo is two
+# wake-ups (the key in, the program's answer out); pyte's 500x500 JSON snapshot beside
+# it: echo p50 8.3 ms at 5 ms, 1.4 ms at 1 ms (bench/snapshot_gil.py, docs/design.md
+# "Snapshots beside other sessions' echo").  Only threads that wait pay for switches.
+SWITCH_INTERVAL = 0.001
 SLICE = 2048  # bytes fed between budget checks: ~0.3 s at the worst rate measured
 
 Step = Union[bytes, tuple]  # output to feed, or (cols, rows) to resize to

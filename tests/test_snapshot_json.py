@@ -116,3 +116,64 @@ with Client({host.socket!r}) as c:
     assert out.startswith("bad-request") and "'pdf'" in out and "json" in out, out
     proc = host.ctl("snapshot", sid, "--format", "pdf", check=False)
     assert proc.returncode == 2 and b"invalid choice" in proc.stderr
+
+
+def _model(engine: str, cols: int, rows: int):
+    if engine == "ghostty":
+        from ptyhostd.screen_ghostty import GhosttyScreen
+        return GhosttyScreen(cols, rows)
+    from ptyhostd.screen import Screen
+    return Screen(cols, rows)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_json_written_a_row_at_a_time_is_the_whole_document(engine):
+    """The snapshot is encoded row by row (so that no call holds the GIL for long,
+    docs/design.md "Snapshots beside other sessions' echo"): the same text as one
+    json.dumps of the document, with every kind of cell, styles named by later rows,
+    blank rows, and a first and last row that are empty; and no call of json's encoder
+    wrote more than a row or the head."""
+    from ptyhostd import screen_json
+    model = _model(engine, 40, 12)
+    model.feed("\r\n\x1b[1;31mred\x1b[0m plain \x1b[38;5;200;48;2;1;2;3mpal\x1b[0m "
+               "wide 中文 e\u0301 \x1b]8;;https://example.org/\x1b\\link\x1b]8;;\x1b\\"
+               "\r\n\r\n\x1b[4:3mcurly\x1b[0m \x1b[7mrev\x1b[0m 🇫🇷 👩\u200d💻\r\n"
+               "\x1b[44m\x1b[2K\x1b[0m\r\n\x1b]2;a title\x07last\x1b[3;5H".encode())
+    encoded = []  # what each call of json's encoder (one C call, the GIL held) made
+    real = screen_json.json.dumps
+
+    def dumps(*args, **kw):
+        encoded.append(real(*args, **kw))
+        return encoded[-1]
+    screen_json.json.dumps = dumps
+    try:
+        text = model.snapshot("json")
+    finally:
+        screen_json.json.dumps = real
+    whole = json.dumps(screen_json.document(model), ensure_ascii=False,
+                       separators=(",", ":")) + "\n"
+    assert text == whole
+    # No one call encoded the rows with the head, or two rows (before: one call, all).
+    assert not any('"rows":[' in e or e.startswith("[[") for e in encoded), \
+        [e[:40] for e in encoded]
+    assert len(encoded) == 13  # the head, and each row
+    doc = json.loads(text)
+    assert doc["rows"][0] == [] and doc["rows"][-1] == [] and len(doc["rows"]) == 12
+    assert "red" in row_text(doc, 1) and "curly" in row_text(doc, 3)
+    assert len(doc["styles"]) > 4
+
+
+def test_the_repaints_common_prefix_is_os_paths():
+    """screen_ghostty.common_prefix (by memcmp halving) agrees with
+    os.path.commonprefix, on random bytes around every kind of boundary."""
+    import os
+    import random
+    from ptyhostd.screen_ghostty import common_prefix
+    rng = random.Random(5)
+    for _ in range(3000):
+        n = rng.randint(0, 64)
+        a = bytes(rng.randrange(3) for _ in range(n))
+        b = a[:rng.randint(0, n)] + bytes(rng.randrange(3) for _ in range(rng.randint(0, 5)))
+        if rng.random() < 0.5:
+            a, b = b, a
+        assert common_prefix(a, b) == len(os.path.commonprefix([a, b])), (a, b)
