@@ -378,7 +378,8 @@ def attach_reply(host, agent: str, user: str):
 
 
 @pytest.mark.parametrize("host", ["system"], indirect=True)
-def test_an_agents_user_drives_it_and_no_other_member_does(host, control):
+def alices_and_roots_agents(control) -> tuple[int, str, dict]:
+    """Agent "hers" (``user: alice``) and "roots" running: (alice's uid, bob, hers' info)."""
     alice = ensure_user("alice", 2001, "clowder")
     other = bob()
     workdir = "/home/alice/agent-work"
@@ -388,7 +389,11 @@ def test_an_agents_user_drives_it_and_no_other_member_does(host, control):
     control.write_config("agents:\n" + text.replace(
         "    shells:", "    user: alice\n    shells:") + agent_yaml(
         "roots", "sleep 100000", control.workdir))
-    info = control.wait_running(["hers", "roots"])["hers"]
+    return alice, other, control.wait_running(["hers", "roots"])["hers"]
+
+
+def test_an_agents_user_drives_it_and_no_other_member_does(host, control):
+    alice, other, info = alices_and_roots_agents(control)
     assert host.ps(user="alice")[info["session"]]["uid"] == alice, "runs as alice"
     st = json.loads(host.ctl("status", "--json", user="alice").stdout)
     assert [a["name"] for a in st["agents"]] == ["hers"], st["agents"]

@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from conftest import PYTHON, ROOT, ensure_user, wait_for
+from conftest import PYTHON, ROOT, wait_for
 from test_control import agent_yaml, control  # noqa: F401  (control: fixture)
-from test_hostile_agents import bob
+from test_hostile_agents import alices_and_roots_agents
 
 sys.path.insert(0, ROOT)
 from clowder_common import events  # noqa: E402
@@ -168,18 +168,9 @@ def test_logs_json_since_and_cat(host, control):
 
 @pytest.mark.parametrize("host", ["system"], indirect=True)
 def test_a_member_reads_only_their_own_agents_logs(host, control):
-    alice = ensure_user("alice", 2001, "clowder")
-    other = bob()
+    alice, other, info = alices_and_roots_agents(control)
     groups = subprocess.run(["id", "-Gn", "alice"], capture_output=True, text=True).stdout
     assert "systemd-journal" not in groups and "adm" not in groups, groups
-    workdir = "/home/alice/agent-work"
-    os.makedirs(workdir, exist_ok=True)
-    os.chown(workdir, alice, alice)
-    text = agent_yaml("hers", "sleep 100000", workdir)
-    control.write_config("agents:\n" + text.replace(
-        "    shells:", "    user: alice\n    shells:") + agent_yaml(
-        "roots", "sleep 100000", control.workdir))
-    info = control.wait_running(["hers", "roots"])["hers"]
 
     got = wait_for(lambda: _json_lines(host.ctl("logs", "hers", "--json", user="alice").stdout),
                    15, "alice's logs of her agent")
