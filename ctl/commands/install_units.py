@@ -3,7 +3,8 @@
 import os
 import shutil
 import subprocess
-import sys
+
+from clowder_common.interpreter import module_command
 
 from .. import units
 
@@ -14,8 +15,9 @@ def add_parser(sub):
     scope.add_argument("--system", dest="scope", action="store_const", const="system")
     scope.add_argument("--user", dest="scope", action="store_const", const="user")
     p.add_argument("--dest", help="write the files here and do nothing else")
-    p.add_argument("--exec-start", default=f"{sys.executable} -m ptyhostd",
-                   help="the host command (default: this Python with -m ptyhostd)")
+    p.add_argument("--exec-start", default=module_command("ptyhostd"),
+                   help="the host command (default: this Python with -m ptyhostd, from "
+                        "where this clowderctl's packages are)")
     p.add_argument("--control-exec-start", default=None,
                    help="the control daemon's command (default: the host command with "
                         "ptyhostd replaced by controld)")

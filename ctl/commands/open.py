@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import clowder_wire as protocol
+from clowder_common.interpreter import module_argv
 
 from ..client import Client, ClientError, default_control_socket
 
@@ -46,7 +47,7 @@ def _global_options() -> list[str]:
 
 def _attach(target: str) -> str:
     """The shell command a pane runs: this clowderctl, as it was started."""
-    return shlex.join([sys.executable, "-m", "ctl", *_global_options(), "attach",
+    return shlex.join([*module_argv("ctl"), *_global_options(), "attach",
                        "--agent", target])
 
 
