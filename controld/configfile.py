@@ -19,6 +19,8 @@ import resource
 import stat
 import sys
 
+from clowder_common.interpreter import module_argv
+
 from .config import Config, ConfigError, from_dict, parse_bytes, to_dict
 
 MAX_BYTES = 1 << 20
@@ -70,7 +72,7 @@ async def load_isolated(path: str, timeout: float = PARSE_TIMEOUT) -> Config:
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "controld.configfile", path, stdin=asyncio.subprocess.PIPE,
+        *module_argv("controld.configfile", path), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
 
     async def talk() -> bytes:

@@ -7,9 +7,16 @@ rendering for a packaged install (a test keeps the two equal).
 
 from __future__ import annotations
 
+# The manual pages (packaging/man, installed by the .deb and .rpm) and the project's page,
+# which debian/copyright (Source:) and the spec (URL:) name too (tests/test_units.py).
+DOCS_URL = "https://example.org/clowder"
+PTYHOST_DOCS = f"man:ptyhostd(8) man:clowderctl(1) {DOCS_URL}"
+CONTROL_DOCS = f"man:clowder-control(8) man:clowder.yaml(5) man:clowderctl(1) {DOCS_URL}"
+
 SOCKET = """\
 [Unit]
 Description=clowder {what} socket
+Documentation={docs}
 
 [Socket]
 ListenStream=%t/clowder/{name}.sock
@@ -23,6 +30,7 @@ WantedBy=sockets.target
 PTYHOST_SERVICE = """\
 [Unit]
 Description=clowder PTY host
+Documentation={docs}
 Requires=clowder-ptyhost.socket
 After=clowder-ptyhost.socket
 # Restarted as often as it dies: sessions live in the FD store meanwhile.
@@ -64,6 +72,7 @@ ABORT_SEC = 5
 CONTROL_SERVICE = """\
 [Unit]
 Description=clowder control daemon (agents, registry, status)
+Documentation={docs}
 Requires=clowder-control.socket
 Wants=clowder-ptyhost.socket
 After=clowder-control.socket clowder-ptyhost.socket
@@ -100,14 +109,14 @@ def render(scope: str, exec_start: str, control_exec_start: str | None = None
     control = control_exec_start or exec_start.replace("ptyhostd", "controld")
     return {
         "clowder-ptyhost.socket": SOCKET.format(
-            what="PTY host", name="ptyhost", **access, comment="# Never RemoveOnStop: the "
+            what="PTY host", name="ptyhost", docs=PTYHOST_DOCS, **access, comment="# Never RemoveOnStop: the "
             "path must exist for clients through every host restart.\n"),
         "clowder-ptyhost.service": PTYHOST_SERVICE.format(
-            exec_start=exec_start, scope=scope, watchdog_sec=WATCHDOG_SEC,
+            exec_start=exec_start, scope=scope, docs=PTYHOST_DOCS, watchdog_sec=WATCHDOG_SEC,
             abort_sec=ABORT_SEC),
-        "clowder-control.socket": SOCKET.format(what="control", name="control", **access,
-                                                comment=""),
+        "clowder-control.socket": SOCKET.format(what="control", name="control",
+                                                docs=CONTROL_DOCS, **access, comment=""),
         "clowder-control.service": CONTROL_SERVICE.format(
-            exec_start=control, scope=scope,
+            exec_start=control, scope=scope, docs=CONTROL_DOCS,
             wanted_by="multi-user.target" if system else "default.target"),
     }

@@ -12,8 +12,7 @@ DIST    ?= dist
 # The build tools, and the runtime dependencies the installed package needs (for
 # tests/test_packaging.py, which installs the .deb into a private system instance that
 # sees / as it was at boot and cannot download anything).
-PKG_BUILD_DEPS := debhelper dh-python pybuild-plugin-pyproject python3-all \
-	python3-setuptools python3-wheel rpm
+PKG_BUILD_DEPS := debhelper dh-python python3 rpm
 PKG_RUNTIME_DEPS := python3-systemd python3-jeepney python3-yaml python3-pyte python3-cffi
 
 .PHONY: deb rpm packages pkg-deps ghostty-wheel lintian gendocs

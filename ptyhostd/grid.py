@@ -15,10 +15,9 @@ from typing import NamedTuple, Optional
 import pyte
 from pyte import modes as mo
 from pyte.screens import Margins, StaticDefaultDict
-from wcwidth import wcwidth
 
 from . import screen_render
-from .screen_render import BLANK, Cell
+from .screen_render import BLANK, Cell, char_width
 
 ZWJ = "\u200d"  # zero-width joiner: the next character joins the cluster
 _RI_FIRST, _RI_LAST = "\U0001f1e6", "\U0001f1ff"  # regional indicators: two make a flag
@@ -115,7 +114,7 @@ class Grid(pyte.Screen):
         cells = self._cells()
         joinable, self.cluster_open = self.cluster_open, True
         for char in data:
-            width = 1 if " " <= char <= "~" else wcwidth(char)
+            width = 1 if " " <= char <= "~" else char_width(char)
             if width <= 0:
                 if width == 0:
                     self._join(char)

@@ -28,6 +28,7 @@ import subprocess
 import sys
 
 from clowder_common import __version__
+from clowder_common.interpreter import module_argv
 
 from . import engine, faults
 from .manifest import SLOTS, Manifest, ManifestError
@@ -170,7 +171,7 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
         log.debug("hand-off: checking the installed code on a copy of %d manifest slots "
                   "and %d rings", len(copies), len(rings), extra={"CLOWDER_CAUSE": "handoff"})
         try:
-            proc = subprocess.run([sys.executable, "-m", "ptyhostd", "--check-handoff"],
+            proc = subprocess.run(module_argv("ptyhostd", "--check-handoff"),
                                   env=env, pass_fds=keep, capture_output=True, text=True,
                                   timeout=CHECK_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -218,7 +219,7 @@ def execute(keep: dict[str, list[int]]) -> None:
                   len(fds), extra={"CLOWDER_CAUSE": "handoff"})
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "ptyhostd", *sys.argv[1:]])
+        os.execv(sys.executable, module_argv("ptyhostd", *sys.argv[1:]))
     except Exception as exc:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
         os.environ.pop(ENV, None)

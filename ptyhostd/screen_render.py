@@ -102,9 +102,15 @@ def set_attrs(out: list, attrs: tuple, current) -> None:
         out.append(hyperlink(link))
 
 
+def char_width(char: str) -> int:
+    """wcwidth(), except that a regional indicator (half a flag) is wide whatever the
+    wcwidth version: 0.2.5 (Debian 12's) says 1, later ones and tmux say 2."""
+    return 2 if "\U0001f1e6" <= char <= "\U0001f1ff" else wcwidth(char)
+
+
 def is_wide(data: str) -> bool:
     """Whether a cell's text takes two columns."""
-    return data > "\u10ff" and wcwidth(data[0]) == 2
+    return data > "\u10ff" and char_width(data[0]) == 2
 
 
 EMPTY_ROW = StaticDefaultDict(BLANK)

@@ -23,6 +23,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 
 import pytest
 
@@ -36,6 +37,10 @@ CTL = "/usr/bin/clowderctl"
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 SOCKET = "/run/clowder/ptyhost.sock"
 GHOSTTY_DIR = "/usr/lib/clowder/ghostty"  # ptyhostd/engine.py's PACKAGED
+PRIVATE = "/usr/share/clowder"  # packaging/install-tree.sh
+PACKAGES = ("ptyhostd", "ctl", "controld", "clowder_wire", "clowder_common")
+PROGRAMS = ("ptyhostd", "clowderctl", "clowder-control")
+SURVIVAL = os.path.join(ROOT, "packaging", "debian", "tests", "survival")
 
 
 def pyproject_version() -> str:
@@ -131,20 +136,40 @@ def test_deb_contents(debs):
     old, new = debs
     assert deb_field(old, "Version") != deb_field(new, "Version")
     depends = deb_field(new, "Depends")
-    for dep in ("python3-systemd", "python3-jeepney", "python3-yaml", "python3-pyte"):
+    for dep in ("python3-systemd", "python3-jeepney", "python3-yaml", "python3-pyte",
+                "python3-wcwidth", "python3 (>= 3.11)"):
         assert dep in depends, depends
     files = set(re.findall(r" \.(/\S+)$", run(["dpkg-deb", "-c", new]).stdout, re.M))
     for path in ["/usr/bin/ptyhostd", "/usr/bin/clowderctl", "/usr/bin/clowder-control",
-                 "/usr/lib/sysusers.d/clowder.conf",
+                 "/usr/lib/sysusers.d/clowder.conf", "/etc/clowder/clowder.yaml",
                  "/usr/lib/systemd/catalog/clowder.catalog",
-                 "/usr/lib/python3/dist-packages/ptyhostd/__main__.py",
-                 "/usr/lib/python3/dist-packages/controld/__main__.py",
-                 "/usr/lib/python3/dist-packages/ctl/__main__.py",
-                 "/usr/lib/python3/dist-packages/clowder_wire/frame.py",
-                 "/usr/lib/python3/dist-packages/clowder_common/__init__.py",
-                 *[f"/lib/systemd/system/{u}" for u in UNITS],
+                 f"{PRIVATE}/ptyhostd/__main__.py", f"{PRIVATE}/controld/__main__.py",
+                 f"{PRIVATE}/ctl/__main__.py", f"{PRIVATE}/clowder_wire/frame.py",
+                 f"{PRIVATE}/clowder_common/interpreter.py",
+                 *[f"/usr/lib/systemd/system/{u}" for u in UNITS],
                  *[f"/usr/lib/systemd/user/{u}" for u in UNITS]]:
         assert path in files, f"{path} is not in {new}"
+    # Nothing on Python's own path (PyPI has unrelated ctl and clowder), no unit in /lib.
+    assert not [f for f in files if "-packages" in f or f.startswith("/lib/")], files
+    conffiles = run(["dpkg-deb", "-I", new, "conffiles"]).stdout.split()
+    assert conffiles == ["/etc/clowder/clowder.yaml"], conffiles
+    # The licence (MIT, as LICENSE says) is the copyright file's.
+    with open(os.path.join(ROOT, "LICENSE")) as f:
+        assert f.readline().strip() == "MIT License" and \
+            "Copyright (c) 2025 clowder developers" in f.read()
+    copyright = deb_file(new, "./usr/share/doc/clowder/copyright")
+    assert "License: MIT" in copyright and "2025 clowder developers" in copyright
+    # Every man page a unit's Documentation= names is in the package.
+    named = set()
+    for unit in UNITS:
+        for line in deb_file(new, f"./usr/lib/systemd/system/{unit}").splitlines():
+            if line.startswith("Documentation="):
+                named |= {d for d in line.split("=", 1)[1].split() if d.startswith("man:")}
+    assert named
+    for page in named:
+        name, section = re.fullmatch(r"man:(.+)\((\d)\)", page).groups()
+        assert f"/usr/share/man/man{section}/{name}.{section}.gz" in files, \
+            f"{page} is named by a unit but not in {new}"
     assert re.search(rf"clowder-ghostty \(= {re.escape(deb_field(new, 'Version'))}\)",
                      deb_field(new, "Recommends")), deb_field(new, "Recommends")
 
@@ -174,6 +199,14 @@ def test_deb_ships_generated_man_pages_and_completions(debs, tmp_path):
     done = run(["bash", "--norc", "-c", f"source {bash}; COMP_WORDS=(clowderctl comp); "
                 "COMP_CWORD=1; _clowderctl; echo ${COMPREPLY[@]}"])
     assert done.stdout.split() == ["completion"], done.stdout
+
+
+def deb_file(deb: str, member: str) -> str:
+    """One file of a .deb's data, as text (member: "./usr/...")."""
+    data = run(["dpkg-deb", "--fsys-tarfile", deb], text=False).stdout
+    with subprocess.Popen(["tar", "-xOf", "-", member], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as tar:
+        return tar.communicate(data)[0].decode()
 
 
 def test_deb_ghostty_contents(debs, ghostty_deb):
@@ -333,20 +366,34 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
     old, new = debs
     old_version, new_version = deb_field(old, "Version"), deb_field(new, "Version")
 
-    # An agent described in YAML: the packaged control daemon keeps it through the upgrade.
-    os.makedirs("/etc/clowder", exist_ok=True)
-    with open("/etc/clowder/clowder.yaml", "w") as f:
-        f.write("agents:\n  - name: pkgagent\n    command: sh -c 'echo agent-up; exec sleep "
-                "100000'\n    cwd: /\n")
-
     # --- install N: the sockets and the control daemon enabled and running
     run(["dpkg", "-i", old])
     for unit in ("clowder-ptyhost.socket", "clowder-control.socket", "clowder-control.service"):
         assert run(["systemctl", "is-enabled", unit], check=False).stdout.strip() == "enabled", unit
         wait_for(lambda: show(unit, "ActiveState")["ActiveState"] == "active", 20,
                  f"{unit} to be active after the installation")
+    # The units are the package's, in /usr/lib/systemd/system (systemd 252 may name them
+    # by /lib/systemd/system, its first search path, which is the same directory here).
+    owned = run(["dpkg", "-L", "clowder"]).stdout.split()
     for unit in UNITS:
-        assert show(unit, "FragmentPath")["FragmentPath"] == f"/lib/systemd/system/{unit}"
+        assert f"/usr/lib/systemd/system/{unit}" in owned, owned
+        assert os.path.realpath(show(unit, "FragmentPath")["FragmentPath"]) == \
+            os.path.realpath(f"/usr/lib/systemd/system/{unit}")
+    # The modules are not on Python's own path: `import ctl` finds nothing of ours.
+    for pkg in PACKAGES:
+        proc = run(["/usr/bin/python3", "-P", "-c", f"import {pkg}"], check=False, cwd="/")
+        assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr, (pkg, proc)
+    # The shipped example configuration is valid, to the packaged check (which runs
+    # controld's check in a new interpreter, from the private directory).
+    check = run([CTL, "config", "check", "/etc/clowder/clowder.yaml"], cwd="/")
+    assert "OK (0 agents)" in check.stdout, check.stdout
+
+    # An agent described in YAML (the administrator's edit of the conffile, which the
+    # upgrade keeps): the packaged control daemon, reloaded, runs it through the upgrade.
+    with open("/etc/clowder/clowder.yaml", "w") as f:
+        f.write("agents:\n  - name: pkgagent\n    command: sh -c 'echo agent-up; exec sleep "
+                "100000'\n    cwd: /\n")
+    run(["systemctl", "reload", "clowder-control.service"])
     gid = int(run(["getent", "group", "clowder"]).stdout.split(":")[2])
     st = os.stat(SOCKET)
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == gid
@@ -438,7 +485,8 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
     wait_for(lambda: not any(alive(p) for p in pids.values()), 20,
              "the sessions' processes to end with the removal")
     for unit in UNITS:
-        assert not os.path.exists(f"/lib/systemd/system/{unit}")
+        assert not os.path.exists(f"/usr/lib/systemd/system/{unit}")
+    assert not os.path.exists(PRIVATE), os.listdir(PRIVATE)
     assert not os.path.exists("/usr/bin/ptyhostd")
     run(["dpkg", "--purge", "clowder"])
     assert run(["dpkg", "-s", "clowder"], check=False).returncode != 0
@@ -479,6 +527,16 @@ def test_deb_ghostty_engine_is_loaded_and_pyte_runs_without_it(debs, ghostty_deb
                  "package has it)")
     wait_for(lambda: "ghostty bold" in ctl("snapshot", sid), 20,
              "the session (kept through the restart) to be shown by the pyte model")
+
+
+def test_deb_survival_autopkgtest(debs, pkg_slate):
+    """debian/tests/survival (the autopkgtest) against the installed .deb: a session kept
+    through a restart and a SIGKILL of the host, same pid, backlog kept, answering."""
+    run(["dpkg", "-i", debs[0]])
+    proc = run(["python3", SURVIVAL], check=False, cwd="/")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "survival: restart: host" in proc.stdout and "survival: SIGKILL: host" in proc.stdout
+    assert proc.stdout.rstrip().endswith("survival: ok"), proc.stdout
 
 
 # --- the .rpm ---------------------------------------------------------------------------
@@ -531,15 +589,32 @@ def rpm_scriptlets(path: str) -> dict[str, str]:
 def test_rpm_builds_with_the_layout(rpm):
     files = set(run(["rpm", "-qlp", rpm]).stdout.split())
     for path in ["/usr/bin/ptyhostd", "/usr/bin/clowderctl", "/usr/bin/clowder-control",
-                 "/usr/lib/sysusers.d/clowder.conf",
-                 "/usr/lib/systemd/system-preset/80-clowder.preset",
+                 "/usr/lib/sysusers.d/clowder.conf", "/etc/clowder/clowder.yaml",
                  "/usr/lib/systemd/catalog/clowder.catalog",
+                 f"{PRIVATE}/ptyhostd/__main__.py", f"{PRIVATE}/ctl/__main__.py",
+                 f"{PRIVATE}/controld/__main__.py", f"{PRIVATE}/clowder_wire/frame.py",
+                 f"{PRIVATE}/clowder_common/interpreter.py",
                  *[f"/usr/lib/systemd/system/{u}" for u in UNITS],
                  *[f"/usr/lib/systemd/user/{u}" for u in UNITS]]:
         assert path in files, f"{path} is not in {rpm}"
+    # No preset (Fedora's guidelines: the distribution's preset policy decides), nothing
+    # on Python's own path.
+    assert not [f for f in files if "preset" in f or "-packages" in f or f.startswith("/lib/")]
+    assert run(["rpm", "-qcp", rpm]).stdout.split() == ["/etc/clowder/clowder.yaml"]
+    # %license (Fedora's %_docdir_fmt is the name alone; Debian's rpm adds the version)
+    licences = run(["rpm", "-qLp", rpm]).stdout.split()
+    assert len(licences) == 1 and re.fullmatch(
+        rf"/usr/share/licenses/clowder(-{re.escape(N)})?/LICENSE", licences[0]), licences
     requires = run(["rpm", "-qp", "--requires", rpm]).stdout
-    for dep in ("python3-systemd", "python3-jeepney", "python3-pyyaml", "python3-pyte"):
-        assert dep in requires
+    for dep in ("python3-systemd", "python3-jeepney", "python3-pyyaml", "python3-pyte",
+                "python3-wcwidth", "python3 >= 3.11"):
+        assert dep in requires.splitlines(), requires
+    # Only names, no version Fedora (python3-systemd 236) or Debian could miss, and no
+    # generated python3dist() pins.
+    assert "python3dist" not in requires and "==" not in requires, requires
+    # The wrappers run the private directory's code with the system's python3.
+    with open(os.path.join(ROOT, "packaging", "install-tree.sh")) as f:
+        assert f'PRIVATE={PRIVATE}\n' in f.read()
 
 
 def test_rpm_ships_generated_man_pages_and_completions(rpm):
@@ -573,6 +648,13 @@ def test_rpm_scriptlets_never_restart_the_host(rpm):
         preun.index("stop clowder-ptyhost.service")
     # The group exists before the sockets (SocketGroup=clowder) are started.
     assert "clowder" in s["pre"] and ("groupadd" in s["pre"] or "sysusers" in s["pre"])
+    # Installation enables nothing by itself: %systemd_post applies the distribution's
+    # preset, and post starts only what that preset enabled.
+    post = scripts_of(s["post"])
+    assert not [line for line in post if re.search(r"systemctl .*\benable\b", line)], post
+    assert any("preset" in line for line in post), post
+    starts = [line for line in post if "systemctl start" in line]
+    assert starts and "is-enabled" in s["post"].split("systemctl start")[0], s["post"]
 
 
 # --- the packaging sources --------------------------------------------------------------
@@ -611,7 +693,7 @@ def test_packaged_versions_follow_pyproject():
 
 def test_every_unit_is_packaged():
     with open(os.path.join(ROOT, "packaging", "debian", "clowder.install")) as f:
-        listed = {line.split()[0] for line in f if line.strip()}
+        listed = {line.split()[0] for line in f if line.startswith("units/")}
     shipped = {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "units", "*.*"))
                + glob.glob(os.path.join(ROOT, "units", "user", "*.*"))}
     assert listed == shipped
@@ -619,3 +701,92 @@ def test_every_unit_is_packaged():
         spec = f.read()
     for unit in {os.path.basename(p) for p in shipped}:
         assert unit in spec
+
+
+def test_the_private_layout_lists_every_package_and_program():
+    """packaging/install-tree.sh installs every top-level package of the tree and every
+    program of pyproject.toml's [project.scripts], with the same main()."""
+    with open(os.path.join(ROOT, "packaging", "install-tree.sh")) as f:
+        script = f.read()
+    packages = re.search(r'^PACKAGES="([^"]*)"$', script, re.M)[1].split()
+    programs = dict(p.split(":") for p in re.search(r'^PROGRAMS="([^"]*)"$', script,
+                                                     re.M)[1].split())
+    tree = {d for d in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, d, "__init__.py"))
+            and d not in ("tests", "tools", "bench")}
+    assert set(packages) == tree == set(PACKAGES)
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        scripts = dict(re.findall(r'^([\w-]+) = "([\w.]+):main"$',
+                                  f.read().split("[project.scripts]")[1].split("\n[")[0], re.M))
+    assert programs == scripts and set(programs) == set(PROGRAMS), (programs, scripts)
+
+
+def test_the_private_layout_runs_the_programs_and_their_children(tmp_path):
+    """The tree installed as the packages install it (install-tree.sh into a DESTDIR),
+    run with Debian's python3: each program starts, and a module run in a new
+    interpreter (the hand-off's check, the configuration's parser) finds the private
+    directory, not ``python3 -m`` on Python's own path."""
+    run(["sh", os.path.join(ROOT, "packaging", "install-tree.sh"), str(tmp_path)], cwd=ROOT)
+    private = str(tmp_path) + PRIVATE
+    for name in PROGRAMS:
+        with open(tmp_path / "usr" / "bin" / name) as f:
+            text = f.read().replace(f'"{PRIVATE}"', repr(private))
+        (tmp_path / name).write_text(text)
+        proc = run(["/usr/bin/python3", str(tmp_path / name), "--help"], check=False, cwd="/")
+        assert proc.returncode == 0 and "usage:" in proc.stdout, (name, proc)
+    probe = ("import subprocess, sys; sys.path.insert(0, sys.argv[1]); "
+             "from clowder_common.interpreter import module_argv; "
+             "print(subprocess.run(module_argv('ptyhostd', '--version'), capture_output=True,"
+             " text=True).stdout, end=''); "
+             "print(subprocess.run(module_argv('controld.check', sys.argv[2]), "
+             "capture_output=True, text=True).stdout, end='')")
+    example = os.path.join(ROOT, "packaging", "etc", "clowder.yaml")
+    proc = run(["/usr/bin/python3", "-P", "-c", probe, private, example], cwd="/")
+    assert proc.stdout.startswith("ptyhostd ") and "OK (0 agents)" in proc.stdout, proc
+
+
+def test_the_example_configuration_is_valid(tmp_path):
+    """The conffile /etc/clowder/clowder.yaml as shipped (no agent), and its commented
+    example once uncommented, pass `clowderctl config check`'s check."""
+    with open(os.path.join(ROOT, "packaging", "etc", "clowder.yaml")) as f:
+        text = f.read()
+    lines = text.splitlines()
+    start = lines.index("# defaults:")
+    end = next(i for i, line in enumerate(lines) if line.startswith("#         percent:"))
+    uncommented = "\n".join(line[2:] for line in lines[start:end + 1]) + "\nversion: 1\n"
+    for name, body, want in (("shipped", text, "OK (0 agents)"),
+                             ("uncommented", uncommented, "OK (1 agent)")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(body)
+        proc = subprocess.run([sys.executable, "-P", "-m", "controld.check", str(path)],
+                              capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": ROOT})
+        assert proc.returncode == 0 and want in proc.stdout, (name, proc)
+
+
+def test_the_autopkgtest_is_declared():
+    with open(os.path.join(ROOT, "packaging", "debian", "tests", "control")) as f:
+        control = f.read()
+    assert re.search(r"^Tests: survival$", control, re.M)
+    assert re.search(r"^Restrictions: .*needs-root", control, re.M)
+    assert os.access(SURVIVAL, os.X_OK)
+
+
+def test_the_screen_model_passes_on_debians_pyte_and_wcwidth():
+    """The versions the .deb depends on (Debian 12: python3-pyte 0.8.0, python3-wcwidth
+    0.2.5, older than the venv's): tests/test_screen.py's pyte cases run with Debian's
+    python3 and its dist-packages first (pytest and hypothesis from the venv, after)."""
+    want = {pkg: run(["dpkg-query", "-W", "-f=${Version}", f"python3-{pkg}"]).stdout
+            .split("-")[0].split("+")[0] for pkg in ("pyte", "wcwidth")}
+    venv_site = os.path.dirname(os.path.dirname(pytest.__file__))
+    boot = ("import sys, importlib.metadata as m; sys.path.insert(0, sys.argv[1]); "
+            "sys.path.append(sys.argv[2]); import pyte, wcwidth, pytest; "
+            "print('versions', m.version('pyte'), m.version('wcwidth'), pyte.__file__, "
+            "wcwidth.__file__, flush=True); "
+            "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_screen.py', "
+            "'-k', 'not ghostty']))")
+    proc = run(["/usr/bin/python3", "-P", "-c", boot, ROOT, venv_site], check=False, cwd=ROOT)
+    head = proc.stdout.splitlines()[0].split()
+    assert head[:3] == ["versions", want["pyte"], want["wcwidth"]], proc.stdout[:500]
+    assert all(p.startswith("/usr/lib/python3/dist-packages/") for p in head[3:]), head
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert re.search(r"\d+ passed", proc.stdout), proc.stdout[-500:]

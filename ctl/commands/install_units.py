@@ -3,8 +3,10 @@
 import os
 import pwd
 import shutil
-import subprocess
 import sys
+import subprocess
+
+from clowder_common.interpreter import module_command
 
 from .. import units
 
@@ -24,8 +26,9 @@ examples:
                        help="your own user units (default when not root)")
     p.add_argument("--dest", metavar="DIR",
                    help="write the files here and do nothing else")
-    p.add_argument("--exec-start", default=f"{sys.executable} -m ptyhostd", metavar="COMMAND",
-                   help="the host command (default: this Python with -m ptyhostd)")
+    p.add_argument("--exec-start", default=module_command("ptyhostd"), metavar="COMMAND",
+                   help="the host command (default: this Python with -m ptyhostd, from "
+                        "where this clowderctl's packages are)")
     p.add_argument("--control-exec-start", default=None, metavar="COMMAND",
                    help="the control daemon's command (default: the host command with "
                         "ptyhostd replaced by controld)")

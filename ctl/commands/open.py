@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import clowder_wire as protocol
+from clowder_common.interpreter import module_argv
 
 from ..client import Client, ClientError, default_control_socket
 
@@ -50,7 +51,7 @@ def _agent(args) -> dict:
 def _attach(args, target: str) -> str:
     """The shell command a pane runs: this clowderctl, with the global options it was
     given (--socket, --host, ..., before or after `open`)."""
-    return shlex.join([sys.executable, "-m", "ctl", *args.global_argv, "attach",
+    return shlex.join([*module_argv("ctl"), *args.global_argv, "attach",
                        "--agent", target])
 
 
