@@ -12,7 +12,7 @@ DIST    ?= dist
 # The build tools, and the runtime dependencies the installed package needs (for
 # tests/test_packaging.py, which installs the .deb into a private system instance that
 # sees / as it was at boot and cannot download anything).
-PKG_BUILD_DEPS := debhelper dh-python python3 rpm
+PKG_BUILD_DEPS := debhelper dh-python python3 rpm lintian
 PKG_RUNTIME_DEPS := python3-systemd python3-jeepney python3-yaml python3-pyte python3-cffi
 
 .PHONY: deb rpm packages pkg-deps ghostty-wheel lintian gendocs
@@ -48,8 +48,6 @@ gendocs:
 	/usr/bin/python3 packaging/gendocs.py $(GENDOCS)
 
 lintian: deb
-	@dpkg -s lintian >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive \
-	  apt-get install -y -qq --no-install-recommends lintian
 	lintian -EvIL +pedantic $(DIST)/clowder_$(VERSION)_all.deb \
 	  $(wildcard $(DIST)/clowder-ghostty_$(VERSION)_*.deb)
 

@@ -209,6 +209,17 @@ def deb_file(deb: str, member: str) -> str:
         return tar.communicate(data)[0].decode()
 
 
+def test_lintian_pedantic_finds_no_warning_or_error(debs, ghostty_deb):
+    """Issue 15, acceptance 3: lintian at -I --pedantic says nothing worse than
+    information (I:) and experimental (X:) tags about the packages we ship."""
+    proc = run(["lintian", "-EvIL", "+pedantic", "--no-tag-display-limit", debs[1],
+                ghostty_deb], check=False, env={"PATH": PATH, "LANG": "C.UTF-8",
+                                                 "HOME": "/root"})
+    tags = [line for line in proc.stdout.splitlines() if re.match(r"[EWP]: ", line)]
+    assert not tags, "lintian:\n" + "\n".join(tags)
+    assert proc.returncode == 0, f"lintian exited {proc.returncode}: {proc.stderr}"
+
+
 def test_deb_ghostty_contents(debs, ghostty_deb):
     """clowder-ghostty: the wheel's files in the private directory, nothing on Python's
     path, the licences in its copyright, cffi and the same clowder as dependencies."""
