@@ -185,4 +185,4 @@ def test_attach_without_an_id_takes_the_newest_running_session(host, attach):
     client.finish()  # the end of the session it watched ends it
     client = attach("--read-only")
     client.expect(b"no running session to attach to", what="the refusal")
-    assert client.finish() == 2
+    assert client.finish() == 1  # refused (ctl/exits.py), not a usage error
