@@ -377,7 +377,6 @@ def attach_reply(host, agent: str, user: str):
                     timeout=30).stdout.decode()
 
 
-@pytest.mark.parametrize("host", ["system"], indirect=True)
 def alices_and_roots_agents(control) -> tuple[int, str, dict]:
     """Agent "hers" (``user: alice``) and "roots" running: (alice's uid, bob, hers' info)."""
     alice = ensure_user("alice", 2001, "clowder")
@@ -392,6 +391,7 @@ def alices_and_roots_agents(control) -> tuple[int, str, dict]:
     return alice, other, control.wait_running(["hers", "roots"])["hers"]
 
 
+@pytest.mark.parametrize("host", ["system"], indirect=True)
 def test_an_agents_user_drives_it_and_no_other_member_does(host, control):
     alice, other, info = alices_and_roots_agents(control)
     assert host.ps(user="alice")[info["session"]]["uid"] == alice, "runs as alice"
