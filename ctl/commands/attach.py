@@ -329,8 +329,9 @@ def _wait_for_host(path) -> None:
             time.sleep(0.1)
 
 
-class _Itself(ClientError):
-    """The session to attach to is the one this clowderctl runs in."""
+class _Itself(UsageError):
+    """The session to attach to is the one this clowderctl runs in: a usage error, as
+    when it is named by id (run() refuses that before connecting)."""
 
 
 def _itself(sid: str) -> str:
