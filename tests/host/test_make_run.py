@@ -143,7 +143,9 @@ def test_make_run_attaches_reattaches_the_same_session_and_make_stop_cleans_up(r
     term, make_vars, name, clone = run_env
     term.enter(f"make run {make_vars}; echo make-run-1-exit-$?")
     screen = wait_for(lambda: (s := term.screen()) and
-                      ("[clowder: attached to" in s or "make-run-1-exit-" in s) and s,
+                      ("[clowder: attached to" in s or
+                                                    re.search(r"^make-run-1-exit-\d", s, re.M))
+                      and s,
                       MAKE_DEADLINE, "make run to attach (its banner) or end")
     assert "[clowder: attached to" in screen, f"make run ended without attaching:\n{screen}"
     sid, pid = _in_session(term, "first")
