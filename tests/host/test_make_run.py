@@ -142,11 +142,11 @@ def _in_session(term: Tmux, tag: str) -> tuple[str, str]:
 def test_make_run_attaches_reattaches_the_same_session_and_make_stop_cleans_up(run_env):
     term, make_vars, name, clone = run_env
     term.enter(f"make run {make_vars}; echo make-run-1-exit-$?")
-    screen = wait_for(lambda: (s := term.screen()) and
-                      ("[clowder: attached to" in s or
-                                                    re.search(r"^make-run-1-exit-\d", s, re.M))
-                      and s,
-                      MAKE_DEADLINE, "make run to attach (its banner) or end")
+    def attached_or_ended():
+        s = term.screen()
+        return s if ("[clowder: attached to" in s or
+                     re.search(r"^make-run-1-exit-\d", s, re.M)) else None
+    screen = wait_for(attached_or_ended, MAKE_DEADLINE, "make run to attach (its banner) or end")
     assert "[clowder: attached to" in screen, f"make run ended without attaching:\n{screen}"
     sid, pid = _in_session(term, "first")
     assert sid, term.screen()
