@@ -19,7 +19,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,18 +27,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
 import sysinstance  # noqa: E402
 
+import conftest  # noqa: E402  (tests/, the rootdir's conftest: pytest puts it on the path)
+
 MAKE_DEADLINE = 900  # the first `make run` installs the venv (pip, a build): slow when shared
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for: {what}")
-        time.sleep(interval)
+def wait_for(predicate, timeout: float, what: str):
+    """conftest's wait, polling at a tenth of a second: each poll runs tmux."""
+    return conftest.wait_for(predicate, timeout, what, interval=0.1)
 
 
 class Tmux:
