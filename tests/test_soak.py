@@ -11,8 +11,8 @@ where the unit has a watchdog, a freeze long enough for systemd to replace it),
 clowder-control, for user units the re-exec of the user manager that a systemd upgrade
 triggers (SIGRTMIN+25 to ``user@UID.service``, what Debian's systemd postinst sends),
 big pastes into a reading program, and issue 12's hostile neighbours: a client flooding
-backlog requests it never reads, and a session printing escape-sequence bombs at the
-largest size.
+backlog requests it never reads, one flooding clowder-control's file service the same
+way, and a session printing escape-sequence bombs at the largest size.
 
 At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
 backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
@@ -105,6 +105,33 @@ def flooding_client(host, sid: str, limit: int = 32 << 20) -> socket.socket:
     return sock
 
 
+def service_flooding_client(host, agent: str, limit: int = 32 << 20) -> socket.socket:
+    """Issue 12's hoarder on clowder-control's services: every stream (64) asks the file
+    service for ``agent``'s listing over and over and nothing is ever read or
+    acknowledged, until clowder-control stops reading it (or ``limit`` bytes)."""
+    import clowder_wire as P
+    from test_ending import control_socket
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(control_socket(host))
+    sock.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION, client="soak service flood")))
+    asks = P.encode(P.FileList(agent=agent)) * 500
+    frame = b"".join(P.encode(P.OpenStream(stream=n, service="file")) +
+                     P.encode(P.StreamData(stream=n, data=asks))
+                     for n in range(1, P.MAX_STREAMS + 1))
+    sock.setblocking(False)
+    view, sent = memoryview(frame), 0
+    while sent < limit:
+        try:
+            n = sock.send(view)
+        except BlockingIOError:
+            break  # clowder-control stopped reading us: the bound holds
+        except (BrokenPipeError, ConnectionResetError):
+            break  # it ended the connection (or restarted, another event): also fine
+        sent += n
+        view = view[n:] or memoryview(frame)
+    return sock
+
+
 def greeted_client(host, name: str) -> socket.socket:
     import clowder_wire as P
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -135,6 +162,7 @@ class Soak:
         self.exits: dict[str, int] = {}  # sid -> the code it exits with
         self.typed = 0
         self.floods: list[socket.socket] = []  # hoarders that never read (issue 12)
+        self.service_floods: list[socket.socket] = []  # the same, on clowder-control
         self.peak = {"host": 0, "control": 0}
         self.watchdog = timespan(host.show("clowder-ptyhost.service",
                                            "WatchdogUSec")["WatchdogUSec"])
@@ -270,6 +298,13 @@ class Soak:
         if len(self.floods) > 4:
             self.floods.pop(0).close()
 
+    def service_flood(self) -> None:
+        """A client floods clowder-control's file service and never reads (the hoard of
+        file and vcs answers found in stop 22); the older of two leaves."""
+        self.service_floods.append(service_flooding_client(self.host, "soak"))
+        if len(self.service_floods) > 2:
+            self.service_floods.pop(0).close()
+
     def bomb(self) -> None:
         """A session at the largest square size prints escape-sequence bombs (a huge
         cursor move, a coloured erase, a huge scroll); its snapshot answers, it exits
@@ -297,7 +332,8 @@ class Soak:
               "daemon-reexec": self.reexec, "daemon-reload": self.reload_units,
               "handoff": self.handoff, "control-restart": self.control_restart,
               "control-kill-9": self.control_kill9, "paste": self.paste,
-              "exit": self.exiter, "flood": self.flood, "bomb": self.bomb}
+              "exit": self.exiter, "flood": self.flood, "bomb": self.bomb,
+              "service-flood": self.service_flood}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         if ONLY:  # to replay one failure mode; the default run throws every kind
@@ -378,7 +414,7 @@ class Soak:
         return report
 
     def stop(self) -> None:
-        for sock in self.stalled + self.floods:
+        for sock in self.stalled + self.floods + self.service_floods:
             sock.close()
         for _sid, path, _digest in self.pastes:
             if os.path.exists(path):
