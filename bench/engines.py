@@ -11,8 +11,8 @@ In this process, no host, no systemd: each figure is the engine alone.
 - memory: RSS growth per session of 100 models at 80x24 each fed 10,000 lines of 80
   columns, in a child process of its own per engine (pyte keeps no scrollback: the
   project's ring keeps raw bytes instead; ghostty keeps the lines as cells, and
-  ``compacted`` is after ``compact()``, ghostty_terminal_compress, which screenwork runs
-  after each feed).
+  ``compacted`` is after ``compact()``, ghostty_terminal_compress, which the host runs
+  once output is quiet).
 - correctness: recording split points whose attach gives the watcher's final state
   (tests/test_screen.py's property, counted rather than asserted).
 - loop stall: p99 and max lateness (ms) of an asyncio loop ticking every ms, idle and
@@ -174,7 +174,7 @@ def memory(engine: str, sessions: int = 100, lines: int = 10_000) -> dict:
     if engine == "ghostty":
         t0 = time.perf_counter()
         for m in models:
-            m.compact()  # what screenwork does after a feed
+            m.compact()  # what the host does once output is quiet
         out["compact ms per session"] = (time.perf_counter() - t0) * 1e3 / sessions
         out["kB per session compacted"] = (rss() - before) / sessions / 1024
     return out

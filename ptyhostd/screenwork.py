@@ -51,9 +51,8 @@ def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
         for i in range(0, len(step), SLICE):
             screen.feed(step[i:i + SLICE])
             if screen.work - start > budget:
-                screen.compact()
                 return False
-    screen.compact()  # ghostty: compress a scrollback that grew (pyte: nothing)
+    # Not compacted here: compression waits for quiet output (session.COMPACT_AFTER).
     return True
 
 

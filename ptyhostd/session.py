@@ -52,8 +52,24 @@ SCREEN_RESTART = 16 * 1024
 MAX_RESIZES = 64  # resizes kept for a model not yet fed up to them
 # An engine that releases the GIL while it parses (ghostty: engine.follows_output) is fed
 # as output arrives, at most this much per turn in the screen pool, so a repaint,
-# snapshot or history is a read of a current model, whatever came before.
-FOLLOW_CHUNK = 256 * 1024
+# snapshot or history is a read of a current model, whatever came before; a request
+# that comes during a turn waits for it (32 KiB: ~0.2-0.7 ms of ghostty here).
+FOLLOW_CHUNK = 32 * 1024
+# Every byte is fed (issue 13): a model more than MODEL_LAG bytes behind the ring stops
+# the reading of its pty (the program blocks on a full pty, as under tmux, whose one
+# parser sets everyone's pace) until it is within MODEL_RESUME.  So a repaint or snapshot
+# right after any flood parses at most MODEL_LAG + FOLLOW_CHUNK first (~2 ms at ghostty's
+# slowest rate on text here, 49 MB/s at 80x24; 170 MB/s at 200x50, faster than a pty
+# delivers), and only the flooding session waits: the others' models and bytes go on.
+MODEL_LAG = 64 * 1024
+MODEL_RESUME = 16 * 1024
+# The model's scrollback is compressed (ghostty: compact(), ~3.5-7 ms for 10,000 lines)
+# once output has been quiet this long, not after every turn: compressing after each
+# 256 KiB turn cut ghostty's rate from 52-118 MB/s to 31 (bench/engines.py,
+# docs/design.md "Choosing the engine"), so a flood outran the model and a repaint
+# right after it waited for a rebuild.  Memory is bounded by the scrollback's byte limit
+# either way (screenmemory.py); compression only gives back what is under it.
+COMPACT_AFTER = 0.5
 # A terminal client this far behind is repainted rather than sent what it missed.
 RESYNC_AFTER = 1 << 20
 # A client whose terminal is not the session's size is sent frames (screen_view.py),
@@ -61,7 +77,7 @@ RESYNC_AFTER = 1 << 20
 VIEW_INTERVAL = 0.05
 
 EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
-_TASKS: set = set()  # resync repaints under way (a task must be referenced to run)
+_TASKS: set = set()  # resync repaints and compressions under way (a task must be referenced)
 
 
 def painted(screen) -> tuple:
@@ -231,6 +247,8 @@ class Session:
         self._screen_lock = asyncio.Lock()
         self.screen_budget_hits = 0
         self._following: Optional[asyncio.Task] = None  # the model being fed as output comes
+        self._compact_timer: Optional[asyncio.TimerHandle] = None  # see COMPACT_AFTER
+        self._model_paused = False  # the pty is not read until the model catches up
         self.last_output = 0.0
         self.size_owner: Optional[Attachment] = None  # the client that typed last
         self.input = InputQueue(self)  # what its writers sent that the pty has not taken
@@ -297,6 +315,7 @@ class Session:
         if self._loop is not None and self.master is not None:
             self._loop.remove_reader(self.master.fd)
         self._loop = None
+        self._model_paused = False
 
     def _pump(self) -> int:
         """One read from the pty into the ring, forwarded to attached clients; the byte
@@ -311,17 +330,30 @@ class Session:
             data = ring.read(start, start + got)
             for att in self.attachments:
                 att.push(start, data)
-        if got and self._following is None and self._loop is not None \
-                and engine.follows_output():
-            self._following = self._loop.create_task(self._follow())
+        if got and self._loop is not None and engine.follows_output():
+            if self._following is None:
+                if self._compact_timer is not None:
+                    self._compact_timer.cancel()
+                    self._compact_timer = None
+                self._following = self._loop.create_task(self._follow())
+            if ring.head - self.screen_pos > MODEL_LAG and not self._model_paused:
+                self._loop.remove_reader(self.master.fd)
+                self._model_paused = True  # on_readable reads no more this turn
         return got
+
+    def _resume_if_caught_up(self, force: bool = False) -> None:
+        """Read the pty again once the model is within MODEL_RESUME (see MODEL_LAG)."""
+        if self._model_paused and (force or self.ring.head - self.screen_pos <= MODEL_RESUME):
+            self._model_paused = False
+            if self._loop is not None and self.master is not None:
+                self._loop.add_reader(self.master.fd, self.on_readable)
 
     def on_readable(self) -> None:
         """Move what the pty has into the ring and out to attached clients."""
         self.last_output = time.monotonic()
         for _ in range(READS_PER_WAKE):
             try:
-                if not self._pump():
+                if not self._pump() or self._model_paused:
                     return
             except OSError as exc:
                 if exc.errno != errno.EIO:
@@ -384,11 +416,32 @@ class Session:
         try:
             while self.master is not None and self.screen_pos < self.ring.head:
                 await self.screen_call(limit=FOLLOW_CHUNK)
+            if self._loop is not None:
+                self._compact_timer = self._loop.call_later(COMPACT_AFTER, self._compact_soon)
         except Exception:
             log.exception("session %s: feeding its terminal model failed", self.id,
                           extra={"CLOWDER_SESSION": self.id, "CLOWDER_CAUSE": "screen-failed"})
         finally:
             self._following = None
+            self._resume_if_caught_up(force=True)  # a failed model never holds the pty
+
+    def _compact_soon(self) -> None:
+        """Output has been quiet for COMPACT_AFTER: compress the model's scrollback."""
+        self._compact_timer = None
+        if self._following is None and self.screen is not None:
+            task = asyncio.get_running_loop().create_task(self._compact())
+            _TASKS.add(task)
+            task.add_done_callback(_TASKS.discard)
+
+    async def _compact(self) -> None:
+        from . import screenwork
+        try:
+            async with self._screen_lock:
+                if self.screen is not None and self._following is None:
+                    await screenwork.run(self.screen.compact)
+        except Exception:
+            log.exception("session %s: compressing its terminal model failed", self.id,
+                          extra={"CLOWDER_SESSION": self.id, "CLOWDER_CAUSE": "screen-failed"})
 
     async def screen_call(self, what: Optional[Callable] = None,
                           limit: int = SCREEN_CATCH_UP):
@@ -418,6 +471,7 @@ class Session:
                 # Over budget again, the model stays as far as it got: ``_plan`` has moved
                 # ``screen_pos`` past these bytes either way, so they are not retried.
                 await screenwork.run(screenwork.run_plan, screen, self._plan(SCREEN_RESTART))
+            self._resume_if_caught_up()
             if what is None:
                 return None, self.screen_pos  # fed only (one hop to the pool less)
             result = await screenwork.run(screenwork.render, screen, what)

@@ -145,3 +145,51 @@ def test_the_share_halves_as_models_grow_and_trims_a_live_model_at_once():
     assert 100 <= rows < 4000, f"{rows} rows kept at the floor"
     for m in models:
         m.close()
+
+
+QUIET_SESSIONS = 6
+QUIET_LINES = 10_000  # of 200 columns of text: ~15.6 MB a model as cells, ~6 compressed
+QUIET_BOUND = 11 * MiB  # a session once quiet: compressed model + its 2 MB ring + objects
+
+
+def test_models_are_compressed_once_their_output_is_quiet(host):
+    """A model's scrollback is compressed once its output has been quiet for
+    session.COMPACT_AFTER, not after every feed (which cut ghostty's rate below a
+    `cat`'s): after each session printed 10,000 lines of 200 columns and went quiet, the
+    host holds them compressed (docs/design.md, the engine's scrollback)."""
+    from conftest import use_engine
+    use_engine(host, "ghostty")
+    pid = host.main_pid()
+
+    def rss() -> int:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(v.split()[1]) * 1024 for v in f if v.startswith("VmRSS:"))
+    line = ("".join(chr(0x21 + (i * 7) % 90) for i in range(199)) + "\n").encode()
+    path = "/tmp/quiet-lines"
+    with open(path, "wb") as f:
+        f.write(line * QUIET_LINES)
+    os.chmod(path, 0o644)
+    before = rss()
+    sids = [host.spawn("sh", "-c", f"cat {path}; echo QUIET-END; exec sleep 100000",
+                       size="200x50") for _ in range(QUIET_SESSIONS)]
+    try:
+        for sid in sids:
+            wait_for(lambda: b"QUIET-END" in host.ctl("history", sid, "--lines", "3").stdout,
+                     120, f"session {sid}'s model to have followed its output", interval=0.2)
+        bound = QUIET_SESSIONS * QUIET_BOUND
+
+        seen: list[int] = []
+
+        def compressed() -> bool:
+            seen.append(rss() - before)
+            return seen[-1] < bound
+        try:
+            wait_for(compressed, 30, f"the host's RSS to fall within {bound / MiB:.0f} MiB "
+                     f"of where it was, {QUIET_SESSIONS} models compressed", interval=0.2)
+        finally:
+            print(f"\nhost RSS over the start: first +{seen[0] / MiB:.0f} MiB, "
+                  f"last +{seen[-1] / MiB:.0f} MiB (bound {bound / MiB:.0f} MiB)")
+    finally:
+        for sid in sids:
+            host.ctl("kill", sid)
+        os.unlink(path)
