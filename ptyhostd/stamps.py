@@ -11,7 +11,7 @@ to the earlier stamp).  A read adds one only when ``INTERVAL`` has passed since 
 (``Stamps.note`` is one clock read and a compare otherwise: measured in docs/design.md).
 
 The index has ``SLOTS`` entries, a fixed 3,968 bytes whatever the ring's size.  When it
-is full, a stamp whose bytes no longer are in the ring is dropped first; otherwise the
+is full, the stamps whose bytes no longer are in the ring are dropped first; otherwise the
 stamp closest in time to the one before it is merged into it (its bytes take the earlier
 time): pauses, which are what replay timing is made of, are kept longest, and the error
 of any byte's time is at most the smallest gap merged so far.
@@ -91,9 +91,12 @@ class Stamps:
 
     def _make_room(self, tail: int) -> None:
         entries = self.entries
-        # A stamp whose bytes all precede the tail (the next stamp is at or before it).
-        if len(entries) > 1 and entries[1][0] <= tail:
-            del entries[0]
+        # Stamps whose bytes all precede the tail (the next stamp is at or before it).
+        gone = 0
+        while gone + 1 < len(entries) and entries[gone + 1][0] <= tail:
+            gone += 1
+        if gone:
+            del entries[:gone]
             self._write_from(0)
             return
         # Merge the stamp nearest in time to its predecessor (never the first).
