@@ -153,7 +153,9 @@ def test_export_cast_times_survive_restart_and_kill9(host):
     with open(path) as f:
         assert f.read().splitlines()[1:] == [json.dumps(e, ensure_ascii=False) for e in evs]
     if shutil.which("asciinema"):  # Makefile APT_PKGS installs it
-        proc = subprocess.run(["asciinema", "cat", path], capture_output=True)
+        # asciinema reads its keys from /dev/tty: script(1) gives it a terminal.
+        proc = subprocess.run(["script", "-qec", f"asciinema cat {path}", "/dev/null"],
+                              stdin=subprocess.DEVNULL, capture_output=True)
         assert proc.returncode == 0, proc.stderr
         assert b"line 12 \xc3\xa9" in proc.stdout
     else:
