@@ -5,7 +5,7 @@ bound, which stamp goes when full, a torn index); the cast's on bytes and stamps
 (ctl/cast.py: UTF-8 across events, bytes before any stamp).  Then under real systemd, a
 session that prints a line every 0.3 s is exported as a cast that parses as asciinema v2,
 whose times increase and span the printing, whose text is the backlog, and whose times
-are the same after `systemctl restart` and after `kill -9` of the host; `asciinema cat`
+are the same after `systemctl restart`, `kill -9` of the host and a hand-off (reload); `asciinema cat`
 accepts it; text and ansi are the history's; another user cannot export the session.
 """
 
@@ -142,7 +142,7 @@ def _check_cast(host, sid, header, evs) -> None:
         host.backlog(sid).decode("utf-8", "replace"), "the cast's text is not the backlog"
 
 
-def test_export_cast_times_survive_restart_and_kill9(host):
+def test_export_cast_times_survive_restart_kill9_and_handoff(host):
     sid = host.spawn("sh", "-c", PRINTER)
     wait_for(lambda: b"done-printing" in host.backlog(sid), 30,
              "the session to print its lines")
@@ -161,7 +161,9 @@ def test_export_cast_times_survive_restart_and_kill9(host):
     else:
         pytest.fail("asciinema is not installed (make deps installs it)")
     os.unlink(path)
-    for survive in (host.restart, host.kill9):
+    def handoff():  # `systemctl reload` returns once the new process serves
+        host.systemctl("reload", "clowder-ptyhost.service")
+    for survive in (host.restart, host.kill9, handoff):
         survive()
         assert _cast(host, sid) == (header, evs), f"the cast changed across {survive.__name__}"
     # Output after the restarts is timed after what came before.
