@@ -51,7 +51,8 @@ MAX_CELLS = 250_000
 __all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
            "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions",
            "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
-           "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory", "GetExport", "Ok",
+           "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory",
+           "GetExport", "Ok",
            "SessionInfo", "SessionList", "Output", "Exited", "Attached", "CheckReport",
            "SnapshotData", "InputAck", "ExportHead"]
 

@@ -5,8 +5,9 @@ bound, which stamp goes when full, a torn index); the cast's on bytes and stamps
 (ctl/cast.py: UTF-8 across events, bytes before any stamp).  Then under real systemd, a
 session that prints a line every 0.3 s is exported as a cast that parses as asciinema v2,
 whose times increase and span the printing, whose text is the backlog, and whose times
-are the same after `systemctl restart`, `kill -9` of the host and a hand-off (reload); `asciinema cat`
-accepts it; text and ansi are the history's; another user cannot export the session.
+are the same after `systemctl restart`, `kill -9` of the host and a hand-off (reload);
+`asciinema cat` accepts it; text and ansi are the history's; another user cannot export
+the session.
 """
 
 from __future__ import annotations
