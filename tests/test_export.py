@@ -94,6 +94,18 @@ def test_stamps_survive_adoption_and_a_torn_index(ring):
         slave.close()
 
 
+def test_a_ring_of_older_code_starts_an_index(ring):
+    """Older code left bytes 40-4095 of the header page zero: no stamps, then new ones."""
+    ring._mm[stamps.AT:stamps.PAGE] = bytes(stamps.PAGE - stamps.AT)
+    again = Ring.adopt(os.dup(ring.fd.fd), "t")
+    assert again.stamps.entries == []
+    again.stamps.note(0, 0, now=1000.0)
+    third = Ring.adopt(os.dup(ring.fd.fd), "t")
+    assert third.stamps.entries == [(0, 1000.0)]
+    third.close()
+    again.close()
+
+
 def _fill(ring, fd) -> bool:
     try:
         ring.fill_from(fd)
