@@ -19,8 +19,8 @@ from .host import (
     AGENT_PREFIX, HOST_SET_ENV, search_dirs, SESSION_FIELDS, MAX_COLS, MAX_ROWS,
     MAX_CELLS, fit_size, encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill,
     Attach, Input, Resize, Detach, Remove, Rename, UpgradeCheck, HandOff, GetSnapshot,
-    GetHistory, Ok, SessionInfo, SessionList, Output, Exited, Attached, CheckReport,
-    SnapshotData, InputAck,
+    GetHistory, GetExport, Ok, SessionInfo, SessionList, Output, Exited, Attached,
+    CheckReport, SnapshotData, InputAck, ExportHead,
 )
 from .control import (
     AgentUp, AgentDown, AgentRestart, GetStatus, AgentInfo, StatusReport, MAX_LOG_LINES,
@@ -47,8 +47,8 @@ __all__ = [
     "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions", "Send",
     "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "Rename",
     "UpgradeCheck", "HandOff",
-    "GetSnapshot", "GetHistory", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
-    "Attached", "CheckReport", "SnapshotData", "InputAck", "AgentUp", "AgentDown",
+    "GetSnapshot", "GetHistory", "GetExport", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
+    "Attached", "CheckReport", "SnapshotData", "InputAck", "ExportHead", "AgentUp", "AgentDown",
     "AgentRestart", "GetStatus", "AgentInfo", "StatusReport", "MAX_LOG_LINES", "GetLogs",
     "LogEntries", "STREAM_WINDOW",
     "STREAM_CHUNK", "MAX_STREAMS", "SERVICES", "OpenStream", "StreamOpened",

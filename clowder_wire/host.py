@@ -51,9 +51,10 @@ MAX_CELLS = 250_000
 __all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
            "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions",
            "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
-           "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory", "Ok",
+           "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory",
+           "GetExport", "Ok",
            "SessionInfo", "SessionList", "Output", "Exited", "Attached", "CheckReport",
-           "SnapshotData", "InputAck"]
+           "SnapshotData", "InputAck", "ExportHead"]
 
 
 @register
@@ -224,6 +225,19 @@ class GetHistory(Message):
 
 
 @register
+class GetExport(Message):
+    """The retained output with the times it arrived (clowderctl export). -> ExportHead,
+    then Output frames carrying the ring's bytes from ``ExportHead.start`` on, in order,
+    then Ok.  Sent a frame at a time as the client reads; if the session's output
+    overwrote bytes not yet sent (a reader slower than the program), another ExportHead
+    says where the Output frames after it start.  An older host closes on the unknown
+    kind."""
+
+    KIND = 216
+    session: str
+
+
+@register
 class Ok(Message):
     """The request succeeded and has nothing more to say."""
 
@@ -301,6 +315,21 @@ class InputAck(Message):
 
     KIND = 309
     seq: int
+
+
+@register
+class ExportHead(Message):
+    """Host -> client: what an export holds.  ``session``: as SessionInfo's; the Output
+    frames that follow carry ring offsets ``start`` to ``end``; ``stamps``: [[ring offset,
+    unix time], ...], offsets increasing: the bytes from one offset to the next arrived
+    at its time (or up to the gap to the next stamp later); the first may be before
+    ``start`` (it times the oldest bytes), and bytes before the first have no time."""
+
+    KIND = 310
+    session: dict
+    start: int
+    end: int
+    stamps: list = []
 
 
 def encode_output(data) -> bytes:

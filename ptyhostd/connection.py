@@ -292,6 +292,8 @@ class Connection(asyncio.Protocol):
                 self.write_raw(P.encode_output(chunk))
                 pos += len(chunk)
             self.send(P.Ok())
+        elif isinstance(msg, P.GetExport):
+            await self._export(self._session(msg.session))
         elif isinstance(msg, P.Wait):
             s = self._session(msg.session)
             if s.state in ("exited", "lost"):
@@ -366,6 +368,27 @@ class Connection(asyncio.Protocol):
             self.close_after_flush()
         else:
             raise RequestError(f"{type(msg).__name__} is not a request", "bad-request")
+
+    async def _export(self, s: Session) -> None:
+        """The ring's bytes as they are now, with their stamps (GetExport): a frame at a
+        time as the client reads, so a client that never reads holds one frame here."""
+        P, ring = protocol, s.ring
+        start, end = ring.tail, ring.head
+        stamps = [[off, t] for off, t in ring.stamps.held(start)]
+        self.send(P.ExportHead(session=s.info(), start=start, end=end, stamps=stamps))
+        pos = start
+        while pos < end:
+            await self._drained()
+            if pos < ring.tail:  # overwritten while the client was slow: say so, go on
+                pos = ring.tail
+                self.send(P.ExportHead(session=s.info(), start=pos, end=end, stamps=stamps))
+                continue
+            chunk = ring.read(pos, min(end, pos + P.MAX_DATA))
+            if not chunk:
+                break
+            self.write_raw(P.encode_output(chunk))
+            pos += len(chunk)
+        self.send(P.Ok())
 
     async def _end_of(self, s: Session, timeout: float) -> None:
         """Wait up to ``timeout`` for ``s`` to end (a kill just sent, say)."""

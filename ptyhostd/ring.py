@@ -4,7 +4,8 @@ The memfd is parked in systemd's FD store, so the backlog outlives the host proc
 Bytes are read from the pty master *directly into* the shared mapping (``readv``), so
 the moment the kernel hands them over they are in memory that survives a ``kill -9``.
 
-Layout: a 4 KiB header page, then ``capacity`` bytes of ring.  ``head`` counts every
+Layout: a 4 KiB header page (its first 40 bytes the header below, from byte 64 the output
+timestamps of stamps.py), then ``capacity`` bytes of ring.  ``head`` counts every
 byte ever written; byte ``i`` lives at ``DATA + i % capacity``.  The last ``guard``
 bytes of a full ring are scratch space for the next read, so what is held is
 ``capacity - guard`` bytes.
@@ -27,6 +28,7 @@ import struct
 import termios
 
 from .fd import Fd
+from .stamps import Stamps
 
 MAGIC = b"CLWRING1"
 _HEADER = struct.Struct("<8sQQQQ")  # magic, capacity, head, pending, pending_at
@@ -56,6 +58,7 @@ class Ring:
         # a full ring; they are never reported as held.
         self.guard = min(MAX_CHUNK, capacity // 4)
         self._inq = bytearray(4)
+        self.stamps: Stamps | None = None  # set by create/adopt, in the header page
 
     @classmethod
     def create(cls, name: str, capacity: int) -> "Ring":
@@ -75,7 +78,9 @@ class Ring:
             fd.close()
             raise
         _HEADER.pack_into(mm, 0, MAGIC, capacity, 0, 0, 0)
-        return cls(fd, mm, capacity, 0)
+        ring = cls(fd, mm, capacity, 0)
+        ring.stamps = Stamps.create(mm)
+        return ring
 
     @classmethod
     def adopt(cls, raw_fd: int, name: str) -> "Ring":
@@ -98,6 +103,7 @@ class Ring:
                 if any(v.tobytes().count(0) != len(v) for v in ring._region(head, pending)):
                     ring.head = head + pending
                 _QQ.pack_into(mm, _OFF_HEAD, ring.head, 0)
+            ring.stamps = Stamps.load(mm, ring.head)
             return ring
         except Exception as exc:
             if ring is not None:
@@ -152,6 +158,8 @@ class Ring:
         self.head = head + got
         _Q.pack_into(self._mm, _OFF_HEAD, self.head)
         _Q.pack_into(self._mm, _OFF_PENDING, 0)
+        if got:
+            self.stamps.note(head, self.tail)
         return got
 
     @property

@@ -65,6 +65,8 @@ HOST_FLOODS = {
     "GetSnapshot": lambda s: _frames(P.GetSnapshot(session=s["small"], format="html"),
                                      times=20),
     "GetHistory": lambda s: _frames(P.GetHistory(session=s["full"], lines=100000), times=20),
+    # Each an ExportHead and a full ring's Output frames, sent as the client reads.
+    "GetExport": lambda s: _frames(P.GetExport(session=s["full"]), times=20),
     "Detach": lambda s: _frames(P.Detach(), times=200),
     "unknown-session": lambda s: _frames(P.GetBacklog(session=BIG)),
 }

@@ -23,6 +23,7 @@ COMMANDS = (
     ("backlog", "backlog", "print the retained raw output"),
     ("snapshot", "snapshot", "print the session's current screen"),
     ("history", "snapshot", "print the session's recent output as text"),
+    ("export", "export", "write the retained output as an asciinema cast, text or ansi"),
     ("wait", "wait", "wait for a session to end and exit with its code"),
     ("kill", "kill", "end a session (SIGHUP, then SIGTERM, then SIGKILL), or send it one "
                      "signal"),
