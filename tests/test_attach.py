@@ -527,6 +527,35 @@ def test_history_lines_that_scrolled_off_keep_their_colours(host):
     assert bad.returncode == 2 and b"invalid choice" in bad.stderr
 
 
+def test_history_after_a_flood_has_every_line_with_its_colours(host):
+    """Issue 13: the model is fed every byte, however fast the output comes (the pty is
+    not read while the model is behind, session.MODEL_LAG), so right after a flood of 8 MB
+    the last 8,000 lines (more than the newest 256 KiB hold) come from the model's
+    scrollback, in order and coloured.  A model that skipped to the newest bytes (as one
+    outrun by a flood did) answers from the raw ring instead: plain text (it failed so)."""
+    path = f"/tmp/clowder-flood-{host.scope}.txt"
+    count = 100_000
+    with open(path, "wb") as f:
+        f.write(b"".join(b"\x1b[31mline-%06d\x1b[0m %s\n" % (i, b"x" * 50)
+                         for i in range(count)))
+    os.chmod(path, 0o644)
+    try:
+        sid = host.spawn("sh", "-c", f"cat {path}; echo FLOOD-END; exec sleep 100000",
+                         size="80x24")
+        wait_for(lambda: b"FLOOD-END" in host.backlog(sid), 60, "the flood to be written")
+        lines = host.ctl("history", sid, "--lines", "8001", "--format",
+                         "ansi").stdout.decode().splitlines()
+    finally:
+        os.unlink(path)
+    assert lines and "FLOOD-END" in lines[-1], lines[-1:]
+    numbered = [re.search(r"line-(\d+)", line) for line in lines[:-1]]
+    assert len(numbered) == 8000 and all(numbered), f"{len(numbered)} lines"
+    assert [int(m.group(1)) for m in numbered] == list(range(count - 8000, count)), \
+        "the lines are not the last 8,000 in order"
+    plain = [line for line in lines[:-1] if "red" not in _sgr_words(line.split("line-")[0])]
+    assert not plain, f"{len(plain)} lines lost their colour, e.g. {plain[0]!r}"
+
+
 def test_vim_detach_and_reattach(host, attach):
     """Issue 4, acceptance 2: a session running vim, attached, detached and attached
     again: the screen matches (repainted from the model) and typing still works."""
