@@ -49,7 +49,17 @@ def versions() -> dict:
         "systemd": first_line(["systemctl", "--version"]),
         "python": platform.python_version(),
         "kernel": platform.release(),
+        "clowder's screen engine": _engine(),
     }
+
+
+def _engine() -> str:
+    """The engine the host picks in this venv (ptyhostd/engine.py: ghostty if installed)."""
+    try:
+        from importlib.metadata import version
+        return f"ghostty (pyghostty {version('pyghostty')})"
+    except Exception:  # not installed: the host falls back to pyte
+        return "pyte"
 
 
 def main() -> int:

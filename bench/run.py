@@ -104,7 +104,10 @@ def install_venv() -> None:
     if not os.path.exists(f"{VENV}/bin/python"):
         sh(["/usr/bin/python3", "-m", "venv", VENV])
     pip = [f"{VENV}/bin/python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    sh(pip + [SRC], cwd=SRC)
+    # With the ghostty engine, as the packages install it (clowder-ghostty): without
+    # it the host runs pyte, whose lazy model made every after-flood figure a pyte parse
+    # (docs/bench.md section 8 before 2026-12-03 measured that by mistake).
+    sh(pip + [f"{SRC}[ghostty]"], cwd=SRC)
     # Same version number, new code: reinstall the project itself every time.
     sh(pip + ["--no-deps", "--force-reinstall", SRC], cwd=SRC)
 
