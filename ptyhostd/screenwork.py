@@ -18,6 +18,7 @@ skipped is then lost to the model (the session rebuilds it from the newest bytes
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Union
 
@@ -54,6 +55,14 @@ def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
                 return False
     # Not compacted here: compression waits for quiet output (session.COMPACT_AFTER).
     return True
+
+
+def run_plan_timed(screen, plan: list[Step], budget: int = WORK_BUDGET) -> tuple:
+    """``run_plan``, and the CPU seconds this thread spent on it (the model's own cost,
+    whatever else the machine is doing)."""
+    start = time.thread_time()
+    ok = run_plan(screen, plan, budget)
+    return ok, time.thread_time() - start
 
 
 async def run(fn: Callable, *args):

@@ -53,16 +53,18 @@ MAX_RESIZES = 64  # resizes kept for a model not yet fed up to them
 # An engine that releases the GIL while it parses (ghostty: engine.follows_output) is fed
 # as output arrives, at most this much per turn in the screen pool, so a repaint,
 # snapshot or history is a read of a current model, whatever came before; a request
-# that comes during a turn waits for it (32 KiB: ~0.2-0.7 ms of ghostty here).
-FOLLOW_CHUNK = 32 * 1024
-# Every byte is fed (issue 13): a model more than MODEL_LAG bytes behind the ring stops
-# the reading of its pty (the program blocks on a full pty, as under tmux, whose one
-# parser sets everyone's pace) until it is within MODEL_RESUME.  So a repaint or snapshot
-# right after any flood parses at most MODEL_LAG + FOLLOW_CHUNK first (~2 ms at ghostty's
-# slowest rate on text here, 49 MB/s at 80x24; 170 MB/s at 200x50, faster than a pty
-# delivers), and only the flooding session waits: the others' models and bytes go on.
-MODEL_LAG = 64 * 1024
-MODEL_RESUME = 16 * 1024
+# that comes during a turn waits for it (64 KiB: ~0.4-1.3 ms of ghostty here).
+FOLLOW_CHUNK = 64 * 1024
+# Every byte is fed (issue 13): a model further behind the ring than it parses in
+# MODEL_LAG_SECONDS stops the reading of its pty (the program blocks on a full pty, as
+# under tmux, whose one parser sets everyone's pace) until it is within half of that.
+# So a repaint or snapshot right after any flood parses ~2 ms of output first, whatever
+# came before, and only the flooding session waits: the others' models and bytes go on.
+# The bound in bytes follows the model's own rate (its thread's CPU time per byte, so a
+# loaded machine does not shrink it): ghostty on text here, 49 MB/s at 80x24 (~100 KiB)
+# and 170 MB/s at 200x50 (the cap: a pty delivers 50-90 MB/s, so it is seldom reached).
+MODEL_LAG_SECONDS = 0.002
+MODEL_LAG_MIN, MODEL_LAG_MAX = 64 * 1024, 256 * 1024  # at most SCREEN_CATCH_UP
 # The model's scrollback is compressed (ghostty: compact(), ~3.5-7 ms for 10,000 lines)
 # once output has been quiet this long, not after every turn: compressing after each
 # 256 KiB turn cut ghostty's rate from 52-118 MB/s to 31 (bench/engines.py,
@@ -249,6 +251,7 @@ class Session:
         self._following: Optional[asyncio.Task] = None  # the model being fed as output comes
         self._compact_timer: Optional[asyncio.TimerHandle] = None  # see COMPACT_AFTER
         self._model_paused = False  # the pty is not read until the model catches up
+        self._model_lag = MODEL_LAG_MIN  # bytes: MODEL_LAG_SECONDS of the model's rate
         self.last_output = 0.0
         self.size_owner: Optional[Attachment] = None  # the client that typed last
         self.input = InputQueue(self)  # what its writers sent that the pty has not taken
@@ -336,14 +339,15 @@ class Session:
                     self._compact_timer.cancel()
                     self._compact_timer = None
                 self._following = self._loop.create_task(self._follow())
-            if ring.head - self.screen_pos > MODEL_LAG and not self._model_paused:
+            if ring.head - self.screen_pos > self._model_lag and not self._model_paused:
                 self._loop.remove_reader(self.master.fd)
                 self._model_paused = True  # on_readable reads no more this turn
         return got
 
     def _resume_if_caught_up(self, force: bool = False) -> None:
-        """Read the pty again once the model is within MODEL_RESUME (see MODEL_LAG)."""
-        if self._model_paused and (force or self.ring.head - self.screen_pos <= MODEL_RESUME):
+        """Read the pty again once the model is within half its lag (MODEL_LAG_SECONDS)."""
+        if self._model_paused and \
+                (force or self.ring.head - self.screen_pos <= self._model_lag // 2):
             self._model_paused = False
             if self._loop is not None and self.master is not None:
                 self._loop.add_reader(self.master.fd, self.on_readable)
@@ -456,7 +460,13 @@ class Session:
                     or ring.head - self.screen_pos > SCREEN_CATCH_UP:
                 await self._new_screen(ring.head - SCREEN_CATCH_UP)
             screen = self.screen
-            if not await screenwork.run(screenwork.run_plan, screen, self._plan(limit)):
+            plan = self._plan(limit)
+            ok, seconds = await screenwork.run(screenwork.run_plan_timed, screen, plan)
+            fed = sum(len(step) for step in plan if isinstance(step, bytes))
+            if fed >= 16 * 1024 and seconds > 0:  # a turn long enough to time
+                self._model_lag = int(min(MODEL_LAG_MAX, max(
+                    MODEL_LAG_MIN, fed / seconds * MODEL_LAG_SECONDS)))
+            if not ok:
                 # Output that costs more than the budget to model: start again from the
                 # newest bytes (a flood of text shows right; a bomb, its last frame).
                 self.screen_budget_hits += 1

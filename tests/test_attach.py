@@ -529,7 +529,7 @@ def test_history_lines_that_scrolled_off_keep_their_colours(host):
 
 def test_history_after_a_flood_has_every_line_with_its_colours(host):
     """Issue 13: the model is fed every byte, however fast the output comes (the pty is
-    not read while the model is behind, session.MODEL_LAG), so right after a flood of 8 MB
+    not read while the model is behind, session.MODEL_LAG_SECONDS), so after a flood of 8 MB
     the last 8,000 lines (more than the newest 256 KiB hold) come from the model's
     scrollback, in order and coloured.  A model that skipped to the newest bytes (as one
     outrun by a flood did) answers from the raw ring instead: plain text (it failed so)."""
