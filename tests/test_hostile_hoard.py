@@ -66,6 +66,11 @@ HOST_FLOODS = {
                                      times=20),
     "GetHistory": lambda s: _frames(P.GetHistory(session=s["full"], lines=100000), times=20),
     "Detach": lambda s: _frames(P.Detach(), times=200),
+    # Each answered with the recent events (up to 256) and Ok; a follow holds the
+    # connection, and the requests behind it queue (bounded as every request queue).
+    "WatchEvents": lambda s: _frames(P.WatchEvents(), times=200),
+    "WatchEvents-follow": lambda s: _frames(P.WatchEvents(follow=True),
+                                            P.WatchEvents(session=BIG[:1000]), times=100),
     "unknown-session": lambda s: _frames(P.GetBacklog(session=BIG)),
 }
 CONTROL_FLOODS = {
