@@ -77,6 +77,8 @@ class Adoption:
         # Before the sessions: what each attach client's input reached (inputseq.py).
         host.input_seq = inputseq.InputSeqTable.start(stored.pop(inputseq.NAME, []))
         await host._adopt(records, stored, save_now=not valid)
+        if host.start_cause == "restart":
+            host.save()  # without the mark: a crash from now on is not a restart
         for fd in stored.get(handoff.SCREENS, []):
             host._spawn_task(host._seed_screens(handoff.unpack_screens(fd)))
         host._spawn_task(host.keep_screens())
