@@ -380,6 +380,10 @@ class Connection(asyncio.Protocol):
         recent = bus.since(watcher, msg.since)
         if msg.follow:  # at once, with no await since ``recent``: no event falls between
             bus.watchers.add(watcher)
+            # Events are small: a watcher that does not read holds its queue (shared
+            # frames), not up to a megabyte of send buffer (CLIENT_HIGH_WATER) of copies.
+            self.transport.set_write_buffer_limits(high=WATCH_HIGH_WATER,
+                                                   low=WATCH_LOW_WATER)
         try:
             for frame in recent:
                 await self._drained()
@@ -387,10 +391,6 @@ class Connection(asyncio.Protocol):
             self.send(protocol.Ok())
             if not msg.follow:
                 return
-            # Events are small: a watcher that does not read holds its queue, not a
-            # megabyte of send buffer (CLIENT_HIGH_WATER) per connection.
-            self.transport.set_write_buffer_limits(high=WATCH_HIGH_WATER,
-                                                   low=WATCH_LOW_WATER)
             while not self.closed:
                 await watcher.wake.wait()
                 watcher.wake.clear()

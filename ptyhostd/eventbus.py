@@ -23,8 +23,10 @@ import clowder_wire as protocol
 RECENT = 256  # events kept for a WatchEvents without follow, or a reconnecting watcher
 QUEUE_EVENTS = 1000  # a watcher's unsent events, at most
 QUEUE_BYTES = 256 << 10  # ... and their frames' bytes
-WATCH_HIGH_WATER = 16 << 10  # a watching connection's send buffer (asyncio's limits)
-WATCH_LOW_WATER = 4 << 10
+# A following connection's send buffer (asyncio's limits; the kernel's socket buffer,
+# ~200 KiB, comes first): past it, events wait in the queue as shared frames.
+WATCH_HIGH_WATER = 4 << 10
+WATCH_LOW_WATER = 1 << 10
 
 
 class Watcher:
