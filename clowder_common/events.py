@@ -18,6 +18,11 @@ IDS = {
     "session-removed": "8fd398c9e4374bbc9138977dff0489b7",
     "session-adopted": "0ac3de9a1ed24477a13ee1588612fade",
     "spawn-refused": "bd3c3d4ea5e64ebc906d4f738ba89ae6",
+    # ptyhostd: what a session's output says (ptyhostd/sessionevents.py: rate-limited)
+    "session-busy": "9ea82ac197f2470b90dcb7b5de7b9275",
+    "session-idle": "42bcc7435fde4ac7a54153b5c9259a9c",
+    "session-bell": "f041843c740644fca0c99f21266dff00",
+    "session-notification": "942bcfab65844df8bf0c61d0a2893ad7",
     # ptyhostd: the host's own life
     "host-started": "b73b8cc6508e44acb607bc9eae736ecf",
     "host-stopping": "1e4675729da84a8ebc03a65d2a541839",

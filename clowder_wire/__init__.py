@@ -20,7 +20,7 @@ from .host import (
     MAX_CELLS, fit_size, encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill,
     Attach, Input, Resize, Detach, Remove, Rename, UpgradeCheck, HandOff, GetSnapshot,
     GetHistory, GetExport, Ok, SessionInfo, SessionList, Output, Exited, Attached,
-    CheckReport, SnapshotData, InputAck, ExportHead,
+    CheckReport, SnapshotData, InputAck, ExportHead, EVENT_KINDS, WatchEvents, Event,
 )
 from .control import (
     AgentUp, AgentDown, AgentRestart, GetStatus, AgentInfo, StatusReport, MAX_LOG_LINES,
@@ -48,7 +48,8 @@ __all__ = [
     "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "Rename",
     "UpgradeCheck", "HandOff",
     "GetSnapshot", "GetHistory", "GetExport", "Ok", "SessionInfo", "SessionList", "Output", "Exited",
-    "Attached", "CheckReport", "SnapshotData", "InputAck", "ExportHead", "AgentUp", "AgentDown",
+    "Attached", "CheckReport", "SnapshotData", "InputAck", "ExportHead", "EVENT_KINDS",
+    "WatchEvents", "Event", "AgentUp", "AgentDown",
     "AgentRestart", "GetStatus", "AgentInfo", "StatusReport", "MAX_LOG_LINES", "GetLogs",
     "LogEntries", "STREAM_WINDOW",
     "STREAM_CHUNK", "MAX_STREAMS", "SERVICES", "OpenStream", "StreamOpened",

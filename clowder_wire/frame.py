@@ -39,7 +39,7 @@ MAX_DATA = MAX_FRAME - 64 * 1024
 KINDS: dict[int, type["Message"]] = {}  # every registered message class by its kind
 _MISSING = object()
 _BASE_TYPES = {"int": int, "str": str, "bool": bool, "bytes": bytes, "list": list,
-               "dict": dict}
+               "dict": dict, "float": float}
 
 
 class ProtocolError(Exception):
@@ -54,7 +54,8 @@ class Message:
     """Base of every payload type; ``KIND`` is its number on the wire.
 
     A subclass declares its fields as annotations (``int``, ``str``, ``bool``, ``bytes``,
-    ``list``, ``dict``, or ``X | None``) with optional defaults, and is ``@register``ed.
+    ``list``, ``dict``, ``float`` (a JSON integer is taken as one), or ``X | None``) with
+    optional defaults, and is ``@register``ed.
     """
 
     KIND = -1
@@ -181,6 +182,12 @@ def decode(kind: int, payload: bytes) -> Message:
         if value is None and optional:
             kwargs[name] = None
             continue
+        if typ is float and isinstance(value, int) and not isinstance(value, bool):
+            try:  # an encoder may write 2.0 as 2
+                value = float(value)
+            except OverflowError:  # 1e400 written out as an integer
+                raise ProtocolError(f"{cls.__name__}: field {name!r} is out of range",
+                                    "bad-field") from None
         # bool is an int in Python: keep them apart so `true` is never a size.
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
             raise ProtocolError(

@@ -54,7 +54,15 @@ __all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX
            "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory",
            "GetExport", "Ok",
            "SessionInfo", "SessionList", "Output", "Exited", "Attached", "CheckReport",
-           "SnapshotData", "InputAck", "ExportHead"]
+           "SnapshotData", "InputAck", "ExportHead", "EVENT_KINDS", "WatchEvents", "Event"]
+
+# What an Event's ``event["kind"]`` may be (the journal's kinds, clowder_common/events.py,
+# where one is logged): a session's life, its output's busy and idle, a bell, a program's
+# notification (OSC 9, OSC 777 notify, OSC 99), the host's start; ``events-lost`` is the
+# subscriber's own (its queue overflowed: ``count`` events before the next were dropped).
+# A client shows a kind it does not know as it is: the host may add kinds.
+EVENT_KINDS = ("session-started", "session-ended", "session-busy", "session-idle",
+               "session-bell", "session-notification", "host-started", "events-lost")
 
 
 @register
@@ -238,6 +246,20 @@ class GetExport(Message):
 
 
 @register
+class WatchEvents(Message):
+    """The host's events this client may see (its own sessions', root: all, and the
+    host's own), of one ``session`` (id or name) or all. -> Event frames of the recent ones
+    the host keeps (newer than ``since``, a wall-clock time), then Ok; with ``follow``,
+    Event frames as they happen after it, until the client closes.  An older host closes
+    on the unknown kind."""
+
+    KIND = 217
+    session: str | None = None
+    since: float | None = None
+    follow: bool = False
+
+
+@register
 class Ok(Message):
     """The request succeeded and has nothing more to say."""
 
@@ -330,6 +352,16 @@ class ExportHead(Message):
     start: int
     end: int
     stamps: list = []
+
+
+@register
+class Event(Message):
+    """Host -> watching client: one event, a dict with ``kind`` (EVENT_KINDS), ``time``
+    (wall clock, float), ``session``, ``name`` and ``uid`` (null for the host's own),
+    and the kind's fields (docs/design.md, "Events")."""
+
+    KIND = 311
+    event: dict
 
 
 def encode_output(data) -> bytes:

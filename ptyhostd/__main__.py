@@ -179,6 +179,9 @@ async def _serve(args) -> None:
     host.listener_fds = listener_fds
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(host.handoff()))
     how = "after a hand-off" if handed is not None else ""
+    host.bus.publish("host-started", cause="hand-off" if handed is not None
+                     else host.start_cause, version=__version__,
+                     sessions=len(host.sessions))
     if handed is not None:
         log.info("ptyhostd %s took over by hand-off: %d sessions", __version__,
                  len(host.sessions), extra={"CLOWDER_CAUSE": "handoff",

@@ -23,6 +23,7 @@ from .manager import Manager, ManagerError
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 from .session import UNIT_PREFIX, Session, unit_name
+from .sessionevents import SessionEvents
 
 if TYPE_CHECKING:
     from .host import Config, Host
@@ -67,9 +68,17 @@ class Adoption:
                 fdstore.unpark(slot)
             fdstore.park(slot, manifest.fds[slot].fd)
         host = cls(config, manager, manifest)
+        # Why this start, as far as the host can tell: nothing parked is a fresh start;
+        # a manifest its predecessor marked on a clean exit (Host.shutdown) a restart; a
+        # parked manifest without the mark, a predecessor that never reached its
+        # shutdown (a crash, SIGKILL, the watchdog).  main() says "hand-off".
+        host.start_cause = "start" if not raw_manifest else \
+            "restart" if valid and content.get("left") == "restart" else "crash recovery"
         # Before the sessions: what each attach client's input reached (inputseq.py).
         host.input_seq = inputseq.InputSeqTable.start(stored.pop(inputseq.NAME, []))
         await host._adopt(records, stored, save_now=not valid)
+        if host.start_cause == "restart":
+            host.save()  # without the mark: a crash from now on is not a restart
         for fd in stored.get(handoff.SCREENS, []):
             host._spawn_task(host._seed_screens(handoff.unpack_screens(fd)))
         host._spawn_task(host.keep_screens())
@@ -129,7 +138,8 @@ class Adoption:
         self._spawn_task(self._after_start(save=not save_now))
         live = sum(1 for s in self.sessions.values() if s.state == "running")
         log.info("adopted %d sessions (%d running)", len(self.sessions), live,
-                 extra={"CLOWDER_CAUSE": "start", **events.fields("host-started")})
+                 extra={"CLOWDER_CAUSE": "start", "CLOWDER_START": self.start_cause,
+                        **events.fields("host-started")})
 
     def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int]
                    ) -> Optional[Session]:
@@ -257,6 +267,8 @@ class Adoption:
         s.ended_at = rec.get("ended_at")
         s.seen = rec.get("seen") is True
         s.pid = max(0, int(rec.get("pid") or 0))
+        if s.state in ("starting", "running"):
+            s.events = SessionEvents(s, self.bus, self.loop)  # idle until it prints
         return s
 
     def _adopt_failed(self, sid: str, rec: dict, master_fds: list[int], ring_fds: list[int],

@@ -21,6 +21,7 @@ import clowder_wire as protocol
 from clowder_common import __version__
 
 from . import handoff, inputseq, peer, pty
+from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
 from .host import Host, RequestError
 from .session import Attachment, Session
 
@@ -363,6 +364,8 @@ class Connection(asyncio.Protocol):
                                    f"may", "permission")
             why = await self.host.handoff(started=lambda: self.send(P.Ok()))
             raise RequestError(why, "handoff-refused")
+        elif isinstance(msg, P.WatchEvents):
+            await self._watch(msg)
         elif isinstance(msg, P.Detach):
             self.send(P.Ok())
             self.close_after_flush()
@@ -389,6 +392,39 @@ class Connection(asyncio.Protocol):
             self.write_raw(P.encode_output(chunk))
             pos += len(chunk)
         self.send(P.Ok())
+
+    async def _watch(self, msg: protocol.WatchEvents) -> None:
+        """The recent events this client may see, Ok, then (``follow``) each new one as
+        it comes, until the client goes: this connection serves nothing else meanwhile.
+        What it does not read waits in its Watcher's bounded queue (eventbus.py)."""
+        sid = self._session(msg.session).id if msg.session is not None else None
+        bus = self.host.bus
+        watcher = Watcher(self.uid, sid)
+        recent = bus.since(watcher, msg.since)
+        if msg.follow:  # at once, with no await since ``recent``: no event falls between
+            bus.watchers.add(watcher)
+            # Events are small: a watcher that does not read holds its queue (shared
+            # frames), not up to a megabyte of send buffer (CLIENT_HIGH_WATER) of copies.
+            self.transport.set_write_buffer_limits(high=WATCH_HIGH_WATER,
+                                                   low=WATCH_LOW_WATER)
+        try:
+            for frame in recent:
+                await self._drained()
+                self.write_raw(frame)
+            self.send(protocol.Ok())
+            if not msg.follow:
+                return
+            while not self.closed:
+                await watcher.wake.wait()
+                watcher.wake.clear()
+                while not self.closed:
+                    await self._drained()
+                    frame = watcher.take()
+                    if frame is None:
+                        break
+                    self.write_raw(frame)
+        finally:
+            bus.watchers.discard(watcher)
 
     async def _end_of(self, s: Session, timeout: float) -> None:
         """Wait up to ``timeout`` for ``s`` to end (a kill just sent, say)."""

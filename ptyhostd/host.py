@@ -26,6 +26,8 @@ from .manifest import Manifest
 from .pidwatch import PidWatch
 from .ring import Ring
 from .adopt import Adoption
+from .eventbus import EventBus
+from .sessionevents import SessionEvents
 from .session import UNIT_PREFIX, Session, painted
 
 log = logging.getLogger("ptyhostd")
@@ -75,7 +77,9 @@ class Host(Adoption):
         # Sessions adopted on the fast path (their recorded pid alive), for the start's
         # check that each pid is still its program's; sessions spawned since are not.
         self._fast_adopted: list[Session] = []
+        self.start_cause = "start"  # why this host started (Adoption.start)
         manager.on_reconnect = self._after_reconnect
+        self.bus = EventBus()  # what `clowderctl events` watches (eventbus.py)
 
     # --- the terminal models, kept current while sessions are quiet ----------------------
 
@@ -158,9 +162,10 @@ class Host(Adoption):
 
     # --- persistence -------------------------------------------------------------------
 
-    def save(self) -> None:
-        """Rewrite the manifest; called after every change of the session table."""
-        self.manifest.write_sessions([s.record_json() for s in self.sessions.values()])
+    def save(self, left: str = "") -> None:
+        """Rewrite the manifest; called after every change of the session table
+        (``left``: see Manifest.write_sessions)."""
+        self.manifest.write_sessions([s.record_json() for s in self.sessions.values()], left)
 
     def _spawn_task(self, coro) -> None:
         task = self.loop.create_task(coro)
@@ -251,6 +256,7 @@ class Host(Adoption):
         s = Session(sid, name=name, argv=argv, cwd=req.cwd, uid=uid, cols=req.cols,
                     rows=req.rows, created=time.time(), ring=ring, master=master,
                     agent=by_control)
+        s.events = SessionEvents(s, self.bus, self.loop)
         # Parked before the program starts: a crash from here on cannot lose the pty.
         fdstore.park(f"m.{sid}", master.fd, poll=False)
         fdstore.park(f"r.{sid}", ring.fd.fd)
@@ -614,6 +620,7 @@ class Host(Adoption):
             log.error("cannot tell a stop from a restart (%s): keeping sessions", exc)
             job = "restart"
         if job != "stop":
+            self.save(left="restart")  # the next start says "restart", not a crash
             log.info("exiting for %s; %d sessions stay parked", job or "a signal",
                      len(self.sessions), extra={"CLOWDER_CAUSE": job or "signal",
                                                 **events.fields("host-exiting")})

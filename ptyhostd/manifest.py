@@ -70,9 +70,13 @@ class Manifest:
         """Write ``content`` into the older copy, making it the newest."""
         self._write(json.dumps({"version": VERSION, **content}, separators=(",", ":")).encode())
 
-    def write_sessions(self, records: list[str]) -> None:
-        """Write a manifest of already-encoded session records (JSON objects)."""
-        self._write(b'{"version":%d,"sessions":[%s]}' % (VERSION, ",".join(records).encode()))
+    def write_sessions(self, records: list[str], left: str = "") -> None:
+        """Write a manifest of already-encoded session records (JSON objects); ``left``
+        ("restart"): the host is exiting cleanly, for the next start to say why it
+        started (older code ignores the key)."""
+        mark = b',"left":"%s"' % left.encode() if left else b""
+        self._write(b'{"version":%d,"sessions":[%s]%s}' % (VERSION, ",".join(records).encode(),
+                                                          mark))
 
     def _write(self, body: bytes) -> None:
         self.generation += 1

@@ -35,6 +35,7 @@ from .ring import Ring
 
 if TYPE_CHECKING:
     from .pidwatch import PidWatch
+    from .sessionevents import SessionEvents
     from .screen import Screen  # or screen_ghostty.GhosttyScreen: the same seam
 
 log = logging.getLogger("ptyhostd")
@@ -257,6 +258,8 @@ class Session:
         self.input = InputQueue(self)  # what its writers sent that the pty has not taken
         self._json_key: tuple = ()
         self._json = ""
+        # Its events (sessionevents.py), given by the host while it runs: None until then.
+        self.events: Optional["SessionEvents"] = None
 
     # --- records ------------------------------------------------------------------------
 
@@ -305,6 +308,18 @@ class Session:
                  extra={"CLOWDER_SESSION": self.id, "CLOWDER_STATE": state,
                         "CLOWDER_CAUSE": cause, "CLOWDER_UNIT": self.unit,
                         **(events.fields(kind) if kind else {})})
+        ev = self.events
+        if ev is None:
+            return
+        if kind == "session-started":
+            ev.bus.publish(kind, self, cause=cause)
+            ev.started()
+        elif state in ("exited", "lost"):
+            ev.close()
+            ev.bus.publish("session-ended", self, status=self.exit_status or "lost",
+                           exit_code=self.exit_code, signal=self.signal, cause=cause)
+        elif state in ("removed", "failed"):
+            ev.close()
 
     # --- the byte path ------------------------------------------------------------------
 
@@ -329,10 +344,12 @@ class Session:
             got = ring.fill_from(self.master.fd)
         except BlockingIOError:
             return 0
-        if got and self.attachments:
+        if got and (self.attachments or self.events is not None):
             data = ring.read(start, start + got)
             for att in self.attachments:
                 att.push(start, data)
+            if self.events is not None:
+                self.events.output(data)  # busy/idle, bells, notifications
         if got and self._loop is not None and engine.follows_output():
             if self._following is None:
                 if self._compact_timer is not None:

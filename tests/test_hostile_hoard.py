@@ -68,6 +68,11 @@ HOST_FLOODS = {
     # Each an ExportHead and a full ring's Output frames, sent as the client reads.
     "GetExport": lambda s: _frames(P.GetExport(session=s["full"]), times=20),
     "Detach": lambda s: _frames(P.Detach(), times=200),
+    # Each answered with the recent events (up to 256) and Ok; a follow holds the
+    # connection, and the requests behind it queue (bounded as every request queue).
+    "WatchEvents": lambda s: _frames(P.WatchEvents(), times=200),
+    "WatchEvents-follow": lambda s: _frames(P.WatchEvents(follow=True),
+                                            P.WatchEvents(session=BIG[:1000]), times=100),
     "unknown-session": lambda s: _frames(P.GetBacklog(session=BIG)),
 }
 CONTROL_FLOODS = {

@@ -37,6 +37,7 @@ COMMANDS = (
     ("restart", "agents", "restart an agent with its normal command (its shells are left "
                           "running unless --shells)"),
     ("status", "status", "show agents (from clowder-control)"),
+    ("events", "events", "show session and host events (--follow: as they happen)"),
     ("logs", "logs", "an agent's lifecycle events (journal)"),
     ("file", "file", "list, read, write or watch an agent's files"),
     ("vcs", "vcs", "git status, diff or log of an agent's worktree"),
