@@ -20,7 +20,8 @@ changed, else None; the caller logs and publishes the change.  The rule:
 Cleared (back to none): asking and notified by a new busy period that begins after
 them (output after the agent was idle: typing into an interactive program echoes, so
 input shows here as output; the output that carries a notification does not clear it),
-and every state by a new session of the agent (a spawn, restart or `up`).  A
+and every state by a new session of the agent (a spawn, restart or `up`) or a stop
+asked for (`down`, `restart`).  A
 notification while asking replaces it; going idle while notified stays notified;
 exited/failed are left only by a new session.  What clowder-control does not see: input
 that is never echoed, and anything before it (re)started watching (the state starts at

@@ -78,7 +78,8 @@ AGENT = (
     Key("notify", COMMAND, "Run when the agent's attention changes to asking, notified, "
         "exited or failed: as the agent's user, never through a shell, with the event "
         "as one JSON object on stdin (e.g. [notify-send, clowder]). At most one run per "
-        "agent per 30 s and 2 at once; a failure is logged, never retried.",
+        "agent per 30 s (the events between are not run), 16 at once over all agents, "
+        "each killed after 20 s; a failure is logged with its cause, never retried.",
         default="defaults.notify, else none"),
     Key("shells", "a list", "Companion shells shown beside the agent (clowderctl open), "
         f"each a mapping (the keys below); at most {MAX_SHELLS}."),
