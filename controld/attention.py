@@ -43,6 +43,9 @@ MAX_TEXT = 256  # characters of a notification's text kept (the rest is dropped)
 _BEL, _ESC, _CAN, _SUB = 0x07, 0x1B, 0x18, 0x1A
 _GROUND, _ESCAPE, _OSC, _OSC_ESC, _STRING, _STRING_ESC = range(6)
 _STRINGS = frozenset(b"PX^_")  # DCS, SOS, PM, APC: their bodies are not the terminal's
+_GROUND_STOP = re.compile(rb"[\x07\x1b]")
+_OSC_STOP = re.compile(rb"[\x07\x1b\x18\x1a]")
+_STRING_STOP = _OSC_STOP
 
 
 class Notices:
@@ -56,14 +59,38 @@ class Notices:
         """The notices completed in ``data``: "bell", or "notification: TEXT"."""
         found: list[str] = []
         st = self._state
-        for b in data:
+        i, n = 0, len(data)
+        while i < n:
+            # Runs of ordinary bytes are skipped by the regex engine, not byte by byte
+            # in Python: an agent's output is mostly text.
+            if st == _GROUND:
+                m = _GROUND_STOP.search(data, i)
+                if m is None:
+                    break
+                i = m.start()
+            elif st == _OSC:
+                m = _OSC_STOP.search(data, i)
+                end = n if m is None else m.start()
+                room = MAX_TEXT * 4 + 16 - len(self._osc)
+                if room > 0:
+                    self._osc += data[i:min(end, i + room)]
+                if m is None:
+                    break
+                i = end
+            elif st == _STRING:
+                m = _STRING_STOP.search(data, i)
+                if m is None:
+                    break
+                i = m.start()
+            b = data[i]
+            i += 1
             if st == _GROUND:
                 if b == _BEL:
                     found.append("bell")
-                elif b == _ESC:
+                else:  # ESC
                     st = _ESCAPE
             elif st == _ESCAPE:
-                if b == ord("]"):
+                if b == 0x5D:  # ]
                     st = _OSC
                     self._osc.clear()
                 elif b in _STRINGS:
@@ -79,23 +106,21 @@ class Notices:
                     st = _GROUND
                 elif b == _ESC:
                     st = _OSC_ESC
-                elif b in (_CAN, _SUB):
+                else:  # CAN, SUB: cancelled
                     st = _GROUND
-                elif len(self._osc) < MAX_TEXT * 4 + 16:
-                    self._osc.append(b)
             elif st == _OSC_ESC:
-                self._osc_done(found)  # ESC \ ends it; any other ESC x aborts and starts x
-                st = _GROUND if b == ord("\\") else _ESCAPE
-                if st == _ESCAPE and b == ord("]"):
-                    st = _OSC
-                    self._osc.clear()
-            elif st == _STRING:
-                if b == _ESC:
-                    st = _STRING_ESC
-                elif b in (_CAN, _SUB, _BEL):
+                # ESC \ ends it; any other ESC x ends it too (a DEC parser's osc_end)
+                # and x is read as after an ESC.
+                self._osc_done(found)
+                st = _ESCAPE
+                i -= 1
+                if b == 0x5C:  # \
                     st = _GROUND
+                    i += 1
+            elif st == _STRING:
+                st = _STRING_ESC if b == _ESC else _GROUND  # CAN, SUB, BEL end it
             elif st == _STRING_ESC:
-                st = _GROUND if b == ord("\\") else _STRING
+                st = _GROUND if b == 0x5C else _STRING
         self._state = st
         return found
 

@@ -199,6 +199,28 @@ def test_notify_runs_once_within_its_interval_with_the_event_on_stdin(host, cont
     assert any("rate limit" in e.get("MESSAGE", "") for e in control.journal("twice"))
 
 
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_a_failing_notify_is_logged_with_its_cause(host, control):
+    bell = "sh -c 'printf \"\\007\"; exec sleep 100000'"
+    control.write_config(
+        "agents:\n"
+        + with_keys(agent_yaml("missing", bell, control.workdir),
+                    notify=["/nonexistent/notify-me"])
+        + with_keys(agent_yaml("nonzero", bell, control.workdir),
+                    notify=["sh", "-c", "echo cannot reach the phone >&2; exit 7"]))
+    control.wait_running(["missing", "nonzero"])
+    from clowder_common import events
+
+    def failed(name):
+        return [e["MESSAGE"] for e in control.journal(name)
+                if e.get("MESSAGE_ID") == events.IDS["agent-notify-failed"]] or None
+    said = wait_for(lambda: failed("missing"), 20, "the missing command's failure")
+    assert "'/nonexistent/notify-me' could not be started: No such file" in said[0], said
+    said = wait_for(lambda: failed("nonzero"), 20, "the failing command's failure")
+    assert "exited with 7: cannot reach the phone" in said[0], said
+    assert control.agents()["nonzero"]["state"] == "running"
+
+
 WATCH = ("import sys, time, json, clowder_wire as P\n"
          "from ctl.client import Client, RequestFailed, TimedOut\n"
          "agent = sys.argv[2] or None\n"
