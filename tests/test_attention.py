@@ -221,6 +221,38 @@ def test_a_failing_notify_is_logged_with_its_cause(host, control):
     assert control.agents()["nonzero"]["state"] == "running"
 
 
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_asking_at_a_prompt_or_a_pattern_and_cleared_by_the_answer(host, control):
+    asks = ("sh -c 'echo working; sleep 1; printf \"Proceed? (y/n) \"; read x; "
+            "echo \"got $x\"; sleep 1; printf \"Again? (y/n) \"; exec sleep 100000'")
+    prompt = "sh -c 'echo working; sleep 1; printf \"$ \"; exec sleep 100000'"
+    control.write_config("agents:\n" + with_keys(
+        agent_yaml("asks", asks, control.workdir), attention=[r"\(y/n\)\s*$"])
+        + agent_yaml("prompt", prompt, control.workdir))
+    control.wait_running(["asks", "prompt"])
+    r = wait_cmd(host, "--attention", "--json", "--timeout", "30", "prompt")
+    out = json.loads(r.stdout)
+    assert (out["attention"], out["cause"]) == ("asking", "idle at a prompt: '$'"), out
+    r = wait_cmd(host, "--attention", "--json", "--timeout", "30", "asks")
+    out = json.loads(r.stdout)
+    assert out["attention"] == "asking" and "Proceed? (y/n)" in out["cause"] and \
+        "matches '\\\\(y/n\\\\)" in out["cause"], out
+    host.ctl("send", "agent:asks", "y\r")  # echoed, then "got y": a new busy period
+    again = wait_for(lambda: (lambda a: a if "Again?" in a["attention_cause"] else None)(
+        control.agents()["asks"]), 30, "the agent to ask again")
+    assert again["attention"] == "asking", again
+    from clowder_common import events
+
+    def said():
+        got = [(e.get("CLOWDER_ATTENTION"), e.get("CLOWDER_CAUSE"))
+               for e in control.journal("asks")
+               if e.get("MESSAGE_ID") == events.IDS["agent-attention"]]
+        return got if got and "Again?" in got[-1][1] else None
+    changes = wait_for(said, 10, "the journal to have the attention changes")
+    assert [state for state, _ in changes[-3:]] == ["asking", "none", "asking"], changes
+    assert "Proceed?" in changes[-3][1] and changes[-2][1] == "output again", changes
+
+
 WATCH = ("import sys, time, json, clowder_wire as P\n"
          "from ctl.client import Client, RequestFailed, TimedOut\n"
          "agent = sys.argv[2] or None\n"
