@@ -482,7 +482,13 @@ class Supervisor:
 
         def output(data: bytes, rt=rt) -> None:
             if not role:
-                self._output(rt, data)
+                try:
+                    self._output(rt, data)
+                except Exception:  # a bug here must not end the watch (and the restarts)
+                    log.exception("agent %s: reading its output for activity and "
+                                  "attention failed", rt.spec.name,
+                                  extra={"CLOWDER_AGENT": rt.spec.name,
+                                         "CLOWDER_CAUSE": "attention-error"})
 
         async def ended(msg: protocol.Exited, rt=rt) -> None:
             await self._ended(rt, role, sid, msg)
