@@ -25,9 +25,10 @@ asked for (`down`, `restart`).  A
 notification while asking replaces it; going idle while notified stays notified;
 exited/failed are left only by a new session.  What clowder-control does not see: input
 that is never echoed, and anything before it (re)started watching (the state starts at
-none; the output replayed to a watch of a session it adopts, the last 4 KiB, comes as
-one burst and cannot be told apart from live output: the watch's first REPLAY_WINDOW
-seconds are read for the prompt only, their notifications ignored).
+none; the output replayed to a watch of a session it adopts, the last 4 KiB, comes
+right after the host's Attached and cannot be told apart from live output on the wire:
+the REPLAY_WINDOW seconds after Attached are read for the prompt only, their
+notifications ignored).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Optional
 
 NONE, ASKING, NOTIFIED, EXITED, FAILED = "none", "asking", "notified", "exited", "failed"
 STATES = (NONE, ASKING, NOTIFIED, EXITED, FAILED)
-REPLAY_WINDOW = 1.0  # seconds (used by controld/supervisor.py)
+REPLAY_WINDOW = 1.0  # seconds after an adopted session's Attached (controld/supervisor.py)
 MAX_TEXT = 256  # characters of a notification's text kept (the rest is dropped)
 
 _BEL, _ESC, _CAN, _SUB = 0x07, 0x1B, 0x18, 0x1A

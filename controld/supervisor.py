@@ -477,8 +477,12 @@ class Supervisor:
         old = rt.watches.pop(role, None)
         if old is not None:
             old.cancel()
-        if not role and adopted:
-            rt.replay_until = time.monotonic() + REPLAY_WINDOW
+
+        def attached(replay: int, rt=rt) -> None:
+            # What an adopted session's watch replays was read by the daemon before
+            # us; a spawned one's is new (and a re-attach replays nothing).
+            if not role and adopted and replay:
+                rt.replay_until = time.monotonic() + REPLAY_WINDOW
 
         def output(data: bytes, rt=rt) -> None:
             if not role:
@@ -493,7 +497,8 @@ class Supervisor:
         async def ended(msg: protocol.Exited, rt=rt) -> None:
             await self._ended(rt, role, sid, msg)
 
-        rt.watches[role] = SessionWatch(self.host_path, sid, output, ended)
+        rt.watches[role] = SessionWatch(self.host_path, sid, output, ended,
+                                        on_attached=attached)
 
     async def _ended(self, rt: Runtime, role: str, sid: str, msg: protocol.Exited) -> None:
         """A watched session ended while we run: record why, and bring it back if its

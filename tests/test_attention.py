@@ -255,6 +255,24 @@ def test_asking_at_a_prompt_or_a_pattern_and_cleared_by_the_answer(host, control
     assert "Proceed?" in changes[-3][1] and changes[-2][1] == "output again", changes
 
 
+@pytest.mark.parametrize("host", ["system"], indirect=True)
+def test_a_restart_of_control_does_not_ring_again(host, control):
+    """The bell is in the 4 KiB replayed to the new clowder-control's watch: read for
+    the prompt, not a new notification."""
+    ringer = "sh -c 'echo before; printf \"\\007\"; echo rang; exec sleep 100000'"
+    control.write_config("agents:\n" + agent_yaml("ringer", ringer, control.workdir))
+    control.wait_running(["ringer"])
+    r = wait_cmd(host, "--attention", "--json", "--timeout", "30", "ringer")
+    assert json.loads(r.stdout)["attention"] == "notified", r
+    control.restart()
+    # The replay makes it busy for 2 s, then idle: by then any bell in it was read.
+    wait_for(lambda: control.agents().get("ringer", {}).get("activity") == "busy", 30,
+             "the new clowder-control to read the replayed output")
+    a = wait_for(lambda: (lambda a: a if a["activity"] == "idle" else None)(
+        control.agents()["ringer"]), 30, "the agent to be idle again")
+    assert (a["attention"], a["attention_cause"]) == ("none", "not seen yet"), a
+
+
 WATCH = ("import sys, time, json, clowder_wire as P\n"
          "from ctl.client import Client, RequestFailed, TimedOut\n"
          "agent = sys.argv[2] or None\n"
