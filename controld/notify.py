@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import pwd
+import subprocess
 import time
 from typing import Optional
 
@@ -92,9 +93,10 @@ class Notifier:
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=cwd if os.path.isdir(cwd) else "/", start_new_session=True, **kwargs)
-        except OSError as exc:
-            self._log(agent, logging.ERROR, f"{what} could not be started: "
-                      f"{exc.strerror or exc}", "notify-failed", "agent-notify-failed")
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            self._log(agent, logging.ERROR, f"{what} could not be started: {why}",
+                      "notify-failed", "agent-notify-failed")
             return
         data = (json.dumps(event) + "\n").encode()
         try:
