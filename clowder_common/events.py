@@ -41,6 +41,10 @@ IDS = {
     "agent-stop-failed": "6be2a8c5eccb4d47a178e46a6580fe99",
     "agent-removed": "37441683c2b6473783cfac2fcb4412a5",
     "session-not-adopted": "6d047114ae33483393b8899c75078d1a",
+    # clowder-control: an agent's attention (controld/attention.py, controld/notify.py)
+    "agent-attention": "85f2c38ce70741d7a3daa4fbf5523fb3",
+    "agent-notified": "7cd6252626c348baa80478b0182c376f",
+    "agent-notify-failed": "6535fae684a943dfbd448d109bff79d3",
     "control-stopping": "b8cbf98321ba430d814b56f663109bc9",
 }
 
@@ -50,6 +54,7 @@ AGENT_CAUSES = {
     "not-restarted": "agent-not-restarted", "stop": "agent-stopped",
     "spawn-failed": "agent-spawn-failed", "stop-failed": "agent-stop-failed",
     "removed": "agent-removed", "not-adopted": "session-not-adopted",
+    "attention": "agent-attention",
 }
 
 # A session's new state -> its kind (adoption is said by the caller).

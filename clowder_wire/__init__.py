@@ -24,7 +24,7 @@ from .host import (
 )
 from .control import (
     AgentUp, AgentDown, AgentRestart, GetStatus, AgentInfo, StatusReport, MAX_LOG_LINES,
-    GetLogs, LogEntries,
+    GetLogs, LogEntries, WatchAgentEvents, AgentEvent,
 )
 from .streams import (
     STREAM_WINDOW, STREAM_CHUNK, MAX_STREAMS, SERVICES, OpenStream, StreamOpened,
@@ -51,7 +51,7 @@ __all__ = [
     "Attached", "CheckReport", "SnapshotData", "InputAck", "ExportHead", "EVENT_KINDS",
     "WatchEvents", "Event", "AgentUp", "AgentDown",
     "AgentRestart", "GetStatus", "AgentInfo", "StatusReport", "MAX_LOG_LINES", "GetLogs",
-    "LogEntries", "STREAM_WINDOW",
+    "LogEntries", "WatchAgentEvents", "AgentEvent", "STREAM_WINDOW",
     "STREAM_CHUNK", "MAX_STREAMS", "SERVICES", "OpenStream", "StreamOpened",
     "StreamData", "StreamAck", "StreamClose", "FileList", "FileRead", "FileWrite",
     "FileWatch", "FileUnwatch", "FileListing", "FileData", "FileEvents", "VcsStatus",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .frame import Message, register
 
 __all__ = ["AgentUp", "AgentDown", "AgentRestart", "GetStatus", "AgentInfo", "StatusReport",
-           "MAX_LOG_LINES", "GetLogs", "LogEntries"]
+           "MAX_LOG_LINES", "GetLogs", "LogEntries", "WatchAgentEvents", "AgentEvent"]
 
 # The most journal entries one LogEntries carries (a client pages with ``after``).
 MAX_LOG_LINES = 1000
@@ -91,3 +91,27 @@ class LogEntries(Message):
     KIND = 412
     entries: list
     cursor: str = ""
+
+
+@register
+class WatchAgentEvents(Message):
+    """Follow the agents' events (``agent``'s only, if given; else every agent the
+    client may see, as status shows them). -> Ok, then AgentEvent frames until the
+    client closes: first a ``state`` event per agent, then the events as they happen
+    (controld/agentevents.py lists the kinds; ``lost`` says how many were dropped for
+    a client that did not read them)."""
+
+    KIND = 405
+    agent: str | None = None
+
+
+@register
+class AgentEvent(Message):
+    """clowder-control -> client: one event of WatchAgentEvents: its ``kind``, the
+    ``agent``, ``time`` (milliseconds since the epoch) and the kind's ``fields``."""
+
+    KIND = 413
+    kind: str
+    agent: str
+    time: int  # milliseconds since the epoch
+    fields: dict = {}

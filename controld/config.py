@@ -55,6 +55,8 @@ MAX_MERGED = 100_000
 MAX_AGENTS = schema.MAX_AGENTS
 MAX_SHELLS = schema.MAX_SHELLS
 MAX_ENV = schema.MAX_ENV
+MAX_PATTERNS = schema.MAX_PATTERNS
+MAX_PATTERN = schema.MAX_PATTERN
 MAX_ERRORS = 50  # messages reported for one file
 _PY_MESSAGES = 64 * 1024  # a file this small that libyaml refuses is parsed again by
 # PyYAML's own parser, whose messages are the ones documented and tested
@@ -100,6 +102,8 @@ class Agent:
     shells: tuple[Shell, ...]
     restart: str = "on-failure"  # one of RESTART_POLICIES
     user: str | None = None  # None: clowder-control's own user
+    attention: tuple[str, ...] = ()  # regexes: "waiting for input" (controld/attention.py)
+    notify: tuple[str, ...] | None = None  # argv run on attention (controld/notify.py)
 
 
 @dataclass(frozen=True)
@@ -210,7 +214,8 @@ def from_dict(d: dict) -> Config:
         Agent(a["name"], argv(a["command"]), argv(a["resume"]), a["cwd"], dict(a["env"]),
               argv(a["size"]), tuple(Shell(s["name"], argv(s["command"]), s["split"],
                                            s["percent"], s["cwd"]) for s in a["shells"]),
-              a.get("restart") or "on-failure", a.get("user"))
+              a.get("restart") or "on-failure", a.get("user"),
+              tuple(a.get("attention") or ()), argv(a.get("notify")))
         for a in d["agents"]))
 
 
@@ -264,6 +269,7 @@ def to_dict(config: Config) -> dict:
     return {"version": config.version, "agents": [
         {"name": a.name, "command": argv(a.command), "resume": argv(a.resume), "cwd": a.cwd,
          "env": dict(a.env), "size": argv(a.size), "restart": a.restart, "user": a.user,
+         "attention": list(a.attention), "notify": argv(a.notify),
          "shells": [{"name": s.name, "command": argv(s.command), "split": s.split,
                      "percent": s.percent, "cwd": s.cwd} for s in a.shells]}
         for a in config.agents]}
@@ -475,6 +481,26 @@ class _Checker:
                               "with a letter or '_', at most 32 characters)")
         return user
 
+    def patterns(self, node: Node, keypath: str) -> tuple[str, ...]:
+        """Regular expressions (Python's re), each compiled here so that a bad one is
+        an error with its line, not a surprise in the daemon."""
+        out = []
+        for i, item in enumerate(self.sequence(node, keypath, MAX_PATTERNS)):
+            kp = f"{keypath}[{i}]"
+            text = self.text(item, kp)
+            if text is None:
+                continue
+            if len(text) > MAX_PATTERN:
+                self.error(item, kp, f"longer than {MAX_PATTERN} characters")
+                continue
+            try:
+                re.compile(text)
+            except re.error as exc:
+                self.error(item, kp, f"invalid regular expression {text!r}: {exc}")
+                continue
+            out.append(text)
+        return tuple(out)
+
     def unique(self, items: list, kind: str) -> None:
         """Report (name, name node, keypath) items whose name was already used."""
         first = {}
@@ -496,14 +522,16 @@ class _Checker:
         env = self.field(defaults, root, "defaults", "env", self.env, default={})
         shell = self.field(defaults, root, "defaults", "shell", self.argv)
         shell = shell or (os.environ.get("SHELL") or "/bin/sh",)
+        notify = self.field(defaults, root, "defaults", "notify", self.argv)
         items = self.field(top, root, "", "agents",
                            lambda n, kp: self.sequence(n, kp, MAX_AGENTS), default=[])
-        agents = [self.agent(item, f"agents[{i}]", env, shell) for i, item in enumerate(items)]
+        agents = [self.agent(item, f"agents[{i}]", env, shell, notify) for i, item in enumerate(items)]
         self.unique([(a.name, m["name"], f"agents[{i}].name")
                      for i, (a, m) in enumerate(agents) if a.name is not None], "agent")
         return Config(version, tuple(a for a, _ in agents))
 
-    def agent(self, node: Node, kp: str, env: dict, shell: tuple) -> tuple[Agent, dict]:
+    def agent(self, node: Node, kp: str, env: dict, shell: tuple,
+              notify: tuple | None = None) -> tuple[Agent, dict]:
         """An Agent (its fields None where invalid) and its mapping of value nodes."""
         m = self.mapping(node, kp, AGENT_KEYS)
         req, m = m is not None, m or {}  # not a mapping: that error is enough
@@ -519,6 +547,8 @@ class _Checker:
         size = self.field(m, node, kp, "size", self.size)
         restart = self.field(m, node, kp, "restart", self.restart, default="on-failure")
         user = self.field(m, node, kp, "user", self.user)
+        attention = self.field(m, node, kp, "attention", self.patterns, default=())
+        notify = self.field(m, node, kp, "notify", self.argv, default=notify)
         shells = []
         for j, item in enumerate(self.field(m, node, kp, "shells",
                                             lambda n, k: self.sequence(n, k, MAX_SHELLS),
@@ -527,7 +557,8 @@ class _Checker:
         self.unique([(s.name, sm["name"], f"{kp}.shells[{j}].name")
                      for j, (s, sm) in enumerate(shells) if s.name is not None], "shell")
         shells = tuple(s for s, _ in shells)
-        return Agent(name, command, resume, cwd, env, size, shells, restart, user), m
+        return Agent(name, command, resume, cwd, env, size, shells, restart, user,
+                     attention or (), notify), m
 
     def shell(self, node: Node, kp: str, default: tuple, cwd: str | None):
         """A Shell (its fields None where invalid) and its mapping of value nodes."""

@@ -182,12 +182,16 @@ class SessionWatch:
     """A read-only attach to one session that outlives host restarts."""
 
     def __init__(self, path: str, session: str, on_output: Callable[[bytes], None],
-                 on_exit: Callable[[protocol.Exited], Awaitable[None]], replay: int = 4096):
+                 on_exit: Callable[[protocol.Exited], Awaitable[None]], replay: int = 4096,
+                 on_attached: Optional[Callable[[int], None]] = None):
         self.path = path
         self.session = session
         self.on_output = on_output
         self.on_exit = on_exit
         self.replay = replay
+        # Called with the bytes asked to be replayed when the host says Attached: the
+        # replay follows at once, before any live output.
+        self.on_attached = on_attached
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -207,6 +211,9 @@ class SessionWatch:
                     msg = await _read(reader)
                     if isinstance(msg, protocol.Output):
                         self.on_output(msg.data)
+                    elif isinstance(msg, protocol.Attached):
+                        if self.on_attached is not None:
+                            self.on_attached(self.replay)
                     elif isinstance(msg, protocol.Exited):
                         await self.on_exit(msg)
                         return

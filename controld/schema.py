@@ -27,6 +27,8 @@ class Key:
 MAX_AGENTS = 1000
 MAX_SHELLS = 32
 MAX_ENV = 1000  # variables an agent, its own and the defaults' together
+MAX_PATTERNS = 32  # attention: patterns of one agent
+MAX_PATTERN = 1000  # characters in one
 NAME_RULE = "1-63 lowercase letters, digits, '-' or '_', starting with a letter or digit"
 COMMAND = "a string or a list of strings"
 
@@ -41,6 +43,8 @@ DEFAULTS = (
         "(the agent's own keys win)."),
     Key("shell", COMMAND, "The command of companion shells that give none; default "
         "$SHELL, else /bin/sh."),
+    Key("notify", COMMAND, "The notify command of agents that give none (see "
+        "agents[].notify)."),
 )
 AGENT = (
     Key("name", "a string", f"The agent's name: {NAME_RULE}; unique among agents. Its "
@@ -65,6 +69,18 @@ AGENT = (
     Key("user", "a user name", "Who the agent runs as, and who (besides root) may up, "
         "down, restart and attach to it: a login name.",
         default="clowder-control's own user"),
+    Key("attention", "a list of regular expressions", "What \"waiting for input\" looks "
+        "like: when the agent goes quiet after printing, its attention becomes 'asking' "
+        "if the last line of its output matches one of these (Python re, searched in "
+        "the line), instead of the built-in prompt heuristic. Each is compiled by the "
+        f"checker; at most {MAX_PATTERNS}, each at most {MAX_PATTERN} characters.",
+        default="the prompt heuristic (controld/activity.py)"),
+    Key("notify", COMMAND, "Run when the agent's attention changes to asking, notified, "
+        "exited or failed: as the agent's user, never through a shell, with the event "
+        "as one JSON object on stdin (e.g. [notify-send, clowder]). At most one run per "
+        "agent per 30 s (the events between are not run), 16 at once over all agents, "
+        "each killed after 20 s; a failure is logged with its cause, never retried.",
+        default="defaults.notify, else none"),
     Key("shells", "a list", "Companion shells shown beside the agent (clowderctl open), "
         f"each a mapping (the keys below); at most {MAX_SHELLS}."),
 )

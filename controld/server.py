@@ -3,7 +3,8 @@
 The same framing and handshake as the PTY host (clowder_wire), kinds 4xx; a
 connection whose first request is OpenStream becomes multiplexed (controld.mux).
 Status is open to anyone who can connect, and shows a member only their own sessions
-and agents (root and the daemon's own uid see all); changing an agent and attaching to
+and agents (root and the daemon's own uid see all), as do the agents' events
+(WatchAgentEvents, controld/agentevents.py); changing an agent and attaching to
 it need root, the daemon's own uid or the agent's ``user:``; its files, its git
 worktree and forwarded ports need root or the daemon's own uid.
 """
@@ -32,6 +33,9 @@ _CREDS = struct.Struct("3i")
 # back from a restart that takes this long): the client says why and may retry.
 ATTACH_TIMEOUT = 5.0
 WRITE_HIGH_WATER = 1 << 20
+# A WatchAgentEvents connection's write buffer: past it the events wait in the
+# subscriber's bounded queue (controld/agentevents.py), then are dropped and counted.
+EVENTS_HIGH_WATER = 64 << 10
 
 
 class ControlServer:
@@ -88,6 +92,9 @@ class ControlServer:
                     return
             if isinstance(msg, protocol.Attach):
                 await self._proxy_attach(msg, uid, reader, writer)
+                return
+            if isinstance(msg, protocol.WatchAgentEvents):
+                await self._agent_events(msg, uid, reader, writer)
                 return
             writer.write(protocol.encode(await self._answer(msg, uid)))
             await writer.drain()
@@ -150,6 +157,65 @@ class ControlServer:
             for t in tasks:
                 t.cancel()
             host_writer.close()
+
+    async def _agent_events(self, msg: protocol.WatchAgentEvents, uid: int,
+                            reader, writer) -> None:
+        """Send the agents' events the client may see until it closes the connection
+        (or the stream).  Nothing may follow the request: more bytes end it."""
+        P = protocol
+        sup = self.supervisor
+        everything = uid in (0, self.uid)
+        if msg.agent is not None:
+            if not sup.may_drive(uid, msg.agent):
+                writer.write(P.encode(P.Error(
+                    message=f"uid {uid} may not watch agent {msg.agent!r}: it is not theirs",
+                    code="permission")))
+                return
+            if msg.agent not in sup.runtimes:
+                writer.write(P.encode(P.Error(message=f"no such agent: {msg.agent!r}",
+                                              code="no-agent")))
+                return
+
+        def wants(agent: str) -> bool:
+            if msg.agent is not None and agent != msg.agent:
+                return False
+            return everything or not agent or sup.may_drive(uid, agent)
+        sub = sup.events.subscribe(wants, uid, everything)
+        if isinstance(sub, str):
+            writer.write(P.encode(P.Error(message=sub, code="busy")))
+            return
+        try:
+            # The state now, built before any await: what the queue gets comes after.
+            first = [sup.agent_event_state(n) for n in sorted(sup.runtimes)
+                     if n == msg.agent or (msg.agent is None and wants(n))]
+            transport = getattr(writer, "transport", None)
+            if transport is not None:
+                transport.set_write_buffer_limits(high=EVENTS_HIGH_WATER)
+            writer.write(P.encode(P.Ok()))
+
+            async def send() -> None:
+                for event in first:
+                    writer.write(P.encode(P.AgentEvent(**event)))
+                    await writer.drain()
+                first.clear()
+                while True:
+                    writer.write(P.encode(P.AgentEvent(**await sub.get())))
+                    await writer.drain()
+
+            async def more() -> None:
+                if await reader.read(1):
+                    writer.write(P.encode(P.Error(
+                        message="nothing may follow WatchAgentEvents on its connection",
+                        code="bad-request", fatal=True)))
+
+            tasks = [asyncio.ensure_future(send()), asyncio.ensure_future(more())]
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in tasks:
+                    t.cancel()
+        finally:
+            sup.events.unsubscribe(sub)
 
     async def _answer(self, msg: protocol.Message, uid: int) -> protocol.Message:
         P = protocol

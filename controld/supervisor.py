@@ -32,9 +32,13 @@ from typing import Optional
 import clowder_wire as protocol
 from clowder_common import events
 
+from . import agentevents
 from .activity import Activity
+from .agentevents import AgentEvents
+from .attention import REPLAY_WINDOW, Attention
 from .config import Agent, Config, Shell, to_dict
 from .hostclient import PROBE_TIMEOUT, HostConnection, HostError, SessionWatch
+from .notify import Notifier
 from .registry import AgentRecord, Registry, RegistryError
 
 log = logging.getLogger("clowder-control")
@@ -107,6 +111,10 @@ class Runtime:
     started: dict = field(default_factory=dict)  # role -> time.monotonic() of spawn/adopt
     pending: set = field(default_factory=set)  # roles waiting out their back-off
     stopping: Optional[asyncio.Task] = None  # a down or restart ending its sessions
+    attention: Attention = field(default_factory=Attention)
+    busy: bool = False  # as last published (busy/idle events are its changes)
+    idle_timer: Optional[asyncio.TimerHandle] = None  # when the busy period may end
+    replay_until: float = 0.0  # time.monotonic(): a new watch's replay ends by then
 
     def is_stopping(self) -> bool:
         return self.stopping is not None and not self.stopping.done()
@@ -126,6 +134,8 @@ class Supervisor:
         self._retry: Optional[asyncio.Task] = None
         self.uid = os.getuid()  # the agents' user: the host runs our spawns as us
         self._refused: set[str] = set()  # sessions named like an agent's, not its own
+        self.events = AgentEvents()
+        self.notifier = Notifier()
 
     # --- whose agents -------------------------------------------------------------------
 
@@ -193,9 +203,10 @@ class Supervisor:
             for name, spec in specs.items():
                 rt = self.runtimes.get(name)
                 if rt is None:
-                    self.runtimes[name] = Runtime(spec)
+                    self.runtimes[name] = Runtime(spec, attention=Attention(spec.attention))
                 else:
                     rt.spec = spec
+                    rt.attention.set_patterns(spec.attention)
                 rec = self.registry.get(name) or AgentRecord(name=name)
                 rec.layout = {**rec.layout, "spec": _spec_dict(spec),
                               "shells": [{"name": s.name, "split": s.split,
@@ -208,6 +219,9 @@ class Supervisor:
         """An agent gone from the configuration: out of status now, and its sessions
         ended as by ``down`` (in the background: a reload does not wait for them)."""
         rt = self.runtimes.pop(name, None)
+        if rt is not None and rt.idle_timer is not None:
+            rt.idle_timer.cancel()
+        self.notifier.forget(name)
         rec = self.registry.remove(name)
         if rec is None:
             return
@@ -382,7 +396,7 @@ class Supervisor:
         self._record(rec, role, info["id"])
         rt.pids[role] = info["pid"]
         rt.started[role] = time.monotonic()
-        self._watch(rt, role, info["id"])
+        self._watch(rt, role, info["id"], adopted=True)
         self.event(rec.name, f"{role or 'agent'} session {info['id']} (pid {info['pid']}): "
                    f"{cause}", "adopt", info["id"])
 
@@ -423,6 +437,8 @@ class Supervisor:
             rec.cause = f"cannot spawn: user {spec.user!r} does not exist"
             self.event(spec.name, f"cannot spawn {role or 'agent'}: user {spec.user!r} "
                        "does not exist", "spawn-failed", level=logging.ERROR)
+            if not role:
+                self._attention(rt, rt.attention.failed(rec.cause))
             return
         # Our own uid is named by none: a user manager's host refuses any name.
         user = spec.user if uid != self.uid else None
@@ -434,6 +450,8 @@ class Supervisor:
             rec.cause = f"spawn failed: {exc}"
             self.event(spec.name, f"cannot spawn {role or 'agent'}: {exc}", "spawn-failed",
                        level=logging.ERROR)
+            if not role:
+                self._attention(rt, rt.attention.failed(rec.cause))
             return
         info = reply.session
         self._record(rec, role, info["id"])
@@ -449,20 +467,38 @@ class Supervisor:
             (role or "agent")
         self.event(spec.name, f"spawned {what} as session {info['id']} pid {info['pid']}: "
                    f"{cause}", "spawn", info["id"])
+        if not role:
+            self.events.publish(agentevents.make(
+                "agent-restarted" if rec.spawns > 1 else "agent-spawned", spec.name,
+                session=info["id"], pid=info["pid"], cause=cause))
+            self._attention(rt, rt.attention.clear(f"a new session: {cause}"))
 
-    def _watch(self, rt: Runtime, role: str, sid: str) -> None:
+    def _watch(self, rt: Runtime, role: str, sid: str, adopted: bool = False) -> None:
         old = rt.watches.pop(role, None)
         if old is not None:
             old.cancel()
 
+        def attached(replay: int, rt=rt) -> None:
+            # What an adopted session's watch replays was read by the daemon before
+            # us; a spawned one's is new (and a re-attach replays nothing).
+            if not role and adopted and replay:
+                rt.replay_until = time.monotonic() + REPLAY_WINDOW
+
         def output(data: bytes, rt=rt) -> None:
             if not role:
-                rt.activity.feed(data, time.time())
+                try:
+                    self._output(rt, data)
+                except Exception:  # a bug here must not end the watch (and the restarts)
+                    log.exception("agent %s: reading its output for activity and "
+                                  "attention failed", rt.spec.name,
+                                  extra={"CLOWDER_AGENT": rt.spec.name,
+                                         "CLOWDER_CAUSE": "attention-error"})
 
         async def ended(msg: protocol.Exited, rt=rt) -> None:
             await self._ended(rt, role, sid, msg)
 
-        rt.watches[role] = SessionWatch(self.host_path, sid, output, ended)
+        rt.watches[role] = SessionWatch(self.host_path, sid, output, ended,
+                                        on_attached=attached)
 
     async def _ended(self, rt: Runtime, role: str, sid: str, msg: protocol.Exited) -> None:
         """A watched session ended while we run: record why, and bring it back if its
@@ -482,6 +518,11 @@ class Supervisor:
                              "at": time.time()}
         self.event(name, f"{role or 'agent'} session {sid} {how} after {ran:.0f} s",
                    "exit", sid)
+        if not role:
+            self.events.publish(agentevents.make(
+                "agent-ended", name, session=sid, status=msg.status,
+                exit_code=msg.exit_code, signal=msg.signal, how=how))
+            self._attention(rt, rt.attention.ended(msg.exit_code, msg.signal, how))
         await self._forget(sid)
         policy = rt.spec.restart
         if rec.layout.get("down"):
@@ -513,6 +554,69 @@ class Supervisor:
             await self.host.request(protocol.Remove(session=sid), protocol.Ok)
         except HostError:
             pass  # already gone, or still ending: the host caps what it keeps
+
+    # --- activity and attention ----------------------------------------------------------
+
+    def _output(self, rt: Runtime, data: bytes) -> None:
+        """The agent's output: busy now; maybe a notification; idle once it is quiet."""
+        rt.activity.feed(data, time.time())
+        if not rt.busy:
+            rt.busy = True
+            self.events.publish(agentevents.make("busy", rt.spec.name))
+            self._attention(rt, rt.attention.busy())
+        replayed = time.monotonic() < rt.replay_until
+        self._attention(rt, rt.attention.output(data, replayed))
+        if rt.idle_timer is None:
+            rt.idle_timer = asyncio.get_running_loop().call_later(
+                rt.activity.quiet, self._check_idle, rt)
+
+    def _check_idle(self, rt: Runtime) -> None:
+        """The end of a busy period, when no output came for Activity.quiet seconds."""
+        rt.idle_timer = None
+        if self.runtimes.get(rt.spec.name) is not rt:
+            return  # removed from the configuration meanwhile
+        now = time.time()
+        state, why = rt.activity.state(now)
+        if state == "busy":  # more output came: look again when it may be quiet
+            left = rt.activity.quiet - (now - rt.activity.last_output)
+            rt.idle_timer = asyncio.get_running_loop().call_later(
+                max(left, 0.01), self._check_idle, rt)
+            return
+        rt.busy = False
+        line = rt.activity.last_line()
+        self.events.publish(agentevents.make("idle", rt.spec.name, reason=why,
+                                             last_line=line.strip()[-200:]))
+        self._attention(rt, rt.attention.idle(line, rt.activity.at_prompt()))
+
+    def _attention(self, rt: Runtime, change: Optional[tuple[str, str]]) -> None:
+        """Log, publish and notify an attention change (None: nothing changed)."""
+        if change is None:
+            return
+        state, cause = change
+        name = rt.spec.name
+        rec = self.registry.get(name)
+        sid = (rec.session if rec is not None else None) or ""
+        log.info("agent %s: attention %s: %s", name, state, cause,
+                 extra={"CLOWDER_AGENT": name, "CLOWDER_CAUSE": cause,
+                        "CLOWDER_ATTENTION": state, "CLOWDER_SESSION": sid,
+                        **events.fields("agent-attention")})
+        event = agentevents.make("attention", name, attention=state, cause=cause,
+                                 session=sid or None)
+        self.events.publish(event)
+        if state != "none":
+            spec = rt.spec
+            self.notifier.notify(name, spec.notify, spec.user, spec.cwd,
+                                 {**agent_base_env(os.environ), **spec.env}, event)
+
+    def agent_event_state(self, name: str) -> dict:
+        """The ``state`` event of WatchAgentEvents: the agent as it is now."""
+        st = self.agent_status(name)
+        rt = self.runtimes[name]
+        return agentevents.make(
+            "state", name, state=st["state"], session=st["session"],
+            activity=st["activity"], activity_reason=st["activity_reason"],
+            attention=rt.attention.state, attention_cause=rt.attention.cause,
+            last_line=rt.activity.last_line().strip()[-200:])
 
     # --- requests ----------------------------------------------------------------------
 
@@ -640,6 +744,13 @@ class Supervisor:
             self.ending.discard(sid)
         how = describe_exit({"exit_code": ended.exit_code, "signal": ended.signal})
         self.event(name, f"{what} {how} ({cause})", "stop", sid)
+        if not role:
+            self.events.publish(agentevents.make(
+                "agent-ended", name, session=sid, status=ended.status,
+                exit_code=ended.exit_code, signal=ended.signal, how=f"{how} ({cause})"))
+            rt = self.runtimes.get(name)
+            if rt is not None:
+                self._attention(rt, rt.attention.clear(f"stopped: {cause}"))
         return f"{what} {how}"
 
     def session_of(self, ref: str) -> Optional[str]:
@@ -673,6 +784,7 @@ class Supervisor:
             "session": rec.session, "pid": rt.pids.get(""),
             "uptime": round(now - rec.spawned_at, 1) if rec.spawned_at and not down else None,
             "activity": "down" if down else busy, "activity_reason": why,
+            "attention": rt.attention.state, "attention_cause": rt.attention.cause,
             "last_exit": rec.last_exit, "cause": rec.cause, "spawns": rec.spawns,
             "stopped": rec.layout.get("stopped") if down else None,
             "cwd": rt.spec.cwd, "restart": rt.spec.restart, "user": rt.spec.user,
@@ -716,4 +828,6 @@ def _spec_from_dict(d: dict) -> Agent:
                  shells=tuple(Shell(name=s["name"], command=tuple(s["command"]),
                                     split=s["split"], percent=s["percent"], cwd=s["cwd"])
                               for s in d.get("shells") or ()),
-                 restart=d.get("restart") or "on-failure", user=d.get("user"))
+                 restart=d.get("restart") or "on-failure", user=d.get("user"),
+                 attention=tuple(d.get("attention") or ()),
+                 notify=tuple(d["notify"]) if d.get("notify") else None)

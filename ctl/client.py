@@ -26,7 +26,8 @@ from .transport import Remote, SshTransport
 # Requests whose answer comes when an event happens, not when the daemon gets to it.
 _UNBOUNDED = (protocol.Wait,)
 # Requests answered at once, after which the connection carries events as they come.
-_THEN_EVENTS = (protocol.Attach, protocol.FileWatch, protocol.WatchEvents)
+_THEN_EVENTS = (protocol.Attach, protocol.FileWatch, protocol.WatchEvents,
+                protocol.WatchAgentEvents)
 # Requests the daemon itself may work on for longer than a deadline, and how much longer:
 # the hand-off's pre-check (ptyhostd/handoff.py CHECK_TIMEOUT), a VCS view (up to two
 # git commands of controld/vcs.py TIMEOUT each), and a Send to a program not reading,

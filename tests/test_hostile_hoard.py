@@ -82,6 +82,13 @@ CONTROL_FLOODS = {
     "AgentRestart": _frames(P.AgentRestart(agent="no-such-agent", shells=True), times=200),
     "Attach": _frames(P.Attach(session=BIG)),
     "GetLogs": _frames(P.GetLogs(agent="no-such-agent", lines=P.MAX_LOG_LINES), times=200),
+    # One subscriber, then more bytes: the connection is closed (nothing may follow).
+    "WatchAgentEvents": _frames(P.WatchAgentEvents(), times=200),
+    "WatchAgentEvents-status": _frames(*(P.OpenStream(stream=n, service="status")
+                                         for n in range(1, 40)),
+                                       *(P.StreamData(stream=n, data=_frames(
+                                           P.WatchAgentEvents()))
+                                         for n in range(1, 40))),
     "GetLogs-bad-cursor": _frames(P.GetLogs(agent="x", after=BIG[:P.MAX_DATA // 2])),
     "OpenStream": _frames(P.OpenStream(stream=1, service=BIG)),
     "OpenStream-status": _frames(*(P.OpenStream(stream=n, service="status")

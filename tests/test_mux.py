@@ -23,6 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controld import agentevents
+from controld.agentevents import AgentEvents
 from controld.server import ControlServer
 from ctl.mux import Mux
 import clowder_wire as P
@@ -32,6 +34,11 @@ class _Supervisor:
     def __init__(self, root: str):
         self.root = root
         self.host_path = "/nonexistent/ptyhost.sock"
+        self.runtimes = {"a": None}
+        self.events = AgentEvents()
+
+    def agent_event_state(self, name: str) -> dict:
+        return agentevents.make("state", name, activity="idle", attention="none")
 
     def status(self, viewer=None):
         return {"agents": [{"name": "a"}], "sessions": [], "unclaimed": [], "problems": []}

@@ -188,7 +188,7 @@ def test_control_commands_through_host(remote):
     remote.write_config("agents:\n" + agent_yaml("web", "sh -c 'echo up; exec sleep 100000'"))
     first = remote.wait_running("web")
     table = remote.ctl("status").stdout.decode()
-    assert re.search(rf"^web\s+running\s+\S+\s+{first['pid']}\s", table, re.M), table
+    assert re.search(rf"^web\s+running\s+\S+\s+\S+\s+{first['pid']}\s", table, re.M), table
     # down says how the agent's program ended (sh ends at the hang-up).
     assert re.fullmatch(rb"web: down \(.*SIGHUP.*\)\n", remote.ctl("down", "web").stdout)
     assert remote.agents()["web"]["state"] != "running"

@@ -23,7 +23,9 @@ from ..text import shown
 EPILOG = """\
 Without --follow: the recent events the PTY host keeps (its last 256, of the sessions
   you may see), then exit.  With --follow: the events from now on, until ^C; across a
-  restart of the host it reconnects and goes on (a host-started event says so).
+  restart of the host it reconnects and goes on (a host-started event says so); with no
+  SESSION, clowder-control's agent events too, when it runs (agent-busy, agent-idle,
+  agent-attention, agent-spawned, agent-restarted, agent-ended).
 
 kinds: session-started, session-ended (status, exit_code, signal), session-busy,
   session-idle (no output for 2 s), session-bell, session-notification (source osc9,
@@ -97,8 +99,30 @@ def host_events(args) -> Iterator[dict]:
         pause = min(RETRY_MAX, pause * 2)
 
 
+# clowder-control's kinds as `events` shows them (ctl/agentevents.py has the rest).
+_AGENT_KINDS = {"busy": "agent-busy", "idle": "agent-idle", "attention": "agent-attention",
+                "lost": "agent-events-lost"}
+
+
+def agent_events(args) -> Iterator[dict]:
+    """clowder-control's agent events (busy, idle, attention, spawned, restarted, ended),
+    following only: it keeps no recent ones (`clowderctl status` shows the state now).
+    Nothing when it does not run, when a SESSION is named, or with --host."""
+    if not args.follow or args.session is not None or getattr(args, "host", None):
+        return
+    from ..agentevents import follow
+    try:
+        for event in follow(args):
+            if event["kind"] == "state":  # each agent as it is now: not an event
+                continue
+            yield {**event.pop("fields", {}), **event,
+                   "kind": _AGENT_KINDS.get(event["kind"], event["kind"])}
+    except (NotConnected, ClientError):
+        return  # no clowder-control (or it went away): the host's events go on
+
+
 # Every source of events, in the order their events are shown when they tie.
-SOURCES: list[Callable[..., Iterator[dict]]] = [host_events]
+SOURCES: list[Callable[..., Iterator[dict]]] = [host_events, agent_events]
 
 
 def merged(sources: list[Iterator[dict]], follow: bool) -> Iterator[dict]:
@@ -141,7 +165,9 @@ def line(event: dict) -> str:
         f".{int(when * 1000) % 1000:03d}" if isinstance(when, (int, float)) else "?"
     kind = str(event.get("kind"))
     who = "-"
-    if event.get("session") is not None:
+    if event.get("agent") is not None:
+        who = f"agent {event['agent']}"
+    elif event.get("session") is not None:
         who = str(event["session"])
         if event.get("name") not in (None, event["session"]):
             who += f" ({event['name']})"
@@ -160,6 +186,8 @@ def _what(kind: str, e: dict) -> str:
         return f"[{e.get('source')}] {text}"
     if kind == "host-started":
         return f"{e.get('cause')} (ptyhostd {e.get('version')}, {e.get('sessions')} sessions)"
+    if kind == "agent-attention":
+        return " ".join(str(e[k]) for k in ("attention", "cause") if e.get(k))
     if kind == "events-lost":
         return f"{e.get('count')} events lost: read too slowly"
     return ""

@@ -1,5 +1,6 @@
-"""clowderctl status: agents, their sessions, busy/idle, uptime, last exit, shells; then
-the plain sessions (no agent's), then sessions named like an agent's that are not one."""
+"""clowderctl status: agents, their sessions, busy/idle, attention, uptime, last exit,
+shells; then the plain sessions (no agent's), then sessions named like an agent's that
+are not one."""
 
 import json
 
@@ -50,6 +51,12 @@ def _shell_state(shell: dict) -> str:
     return "(exited)" if shell.get("exited") else "(down)"
 
 
+def _attention(agent: dict) -> str:
+    """The attention state; "-" for none (and from a clowder-control without it)."""
+    state = agent.get("attention") or "none"
+    return "-" if state == "none" else state
+
+
 def _table(rows: list[tuple]) -> None:
     """Columns padded to the widest cell; the last one is not padded."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -71,13 +78,13 @@ def run(args) -> int:
                           "unclaimed": rep.unclaimed, "problems": rep.problems,
                           "host": rep.host}))
         return code
-    rows = [("AGENT", "STATE", "ACTIVITY", "PID", "SESSION", "UPTIME", "LAST EXIT", "SHELLS",
+    rows = [("AGENT", "STATE", "ACTIVITY", "ATTENTION", "PID", "SESSION", "UPTIME", "LAST EXIT", "SHELLS",
              "CAUSE")]
     for a in rep.agents:
         shells = ",".join(f"{s['name']}{_shell_state(s)}" for s in a["shells"]) or "-"
         # Escaped: names and causes come from configuration and the host.
         rows.append(tuple(shown(v) for v in (
-            a["name"], a["state"], a["activity"], str(a["pid"] or "-"), a["session"] or "-",
+            a["name"], a["state"], a["activity"], _attention(a), str(a["pid"] or "-"), a["session"] or "-",
             _uptime(a["uptime"]), _exit(a["last_exit"]), shells,
             (a.get("stopped") if a["state"] == "down" else None) or a["cause"] or "-")))
     _table(rows)

@@ -1,5 +1,9 @@
 """clowderctl wait: block until a session ends; print and exit with its code.
 
+With --idle or --attention it waits for an agent instead (clowder-control's agent
+events, ctl/agentevents.py): until it is idle, or needs attention (controld/attention.py
+says when), at once if it already is; then it prints the state and its cause and exits 0.
+
 Its exit status is the session's (ctl/exits.py), so its own failures take timeout(1)'s
 convention: 124 timed out, 125 anything else (main() maps them, _usage_error its usage
 errors).  With --json it prints the end as JSON and exits as every other command does.
@@ -11,8 +15,9 @@ import time
 
 import clowder_wire as protocol
 
-from .. import exits
+from .. import agentevents, exits
 from ..client import Client, ClientError, NotAnswering, NotConnected, RequestFailed, TimedOut
+from ..text import shown
 
 EPILOG = f"""\
 exit status:
@@ -26,9 +31,17 @@ exit status:
 --json prints one object: {{"session": ID, "status": "exited"|"killed"|"dumped"|"lost",
   "exit_code": N or null, "signal": N or null}}
 
+--idle / --attention: {exits.OK} once the agent is idle (or down) / needs attention,
+  {exits.TIMEOUT} if --timeout ran out first, else as above ({exits.WAIT_FAILED} without
+  --json: e.g. no such agent, or not yours).  It prints `AGENT: STATE (CAUSE)`; with
+  --json {{"agent": NAME, "activity": "busy"|"idle"|"down", "attention": "none"|"asking"|
+  "notified"|"exited"|"failed", "cause": TEXT, "event": the agent event that ended it}}.
+
 examples:
   clowderctl wait "$id" && echo "it succeeded"
   clowderctl wait --timeout 60 --json "$id"
+  clowderctl wait --idle claude && clowderctl snapshot agent:claude
+  clowderctl wait --attention --timeout 3600 claude || echo "still busy after an hour"
 """
 
 
@@ -43,7 +56,16 @@ def add_parser(sub):
     p = sub.add_parser("wait", help="wait for a session to end and exit with its code",
                        epilog=EPILOG)
     p.error = lambda message: _usage_error(p, message)
-    p.add_argument("session", metavar="ID", help="a session id or name")
+    p.add_argument("session", metavar="ID", help="a session id or name (an agent's name "
+                   "with --idle or --attention)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--idle", action="store_true",
+                       help="wait until the agent ID is idle (quiet), not for a session's "
+                            "end")
+    which.add_argument("--attention", action="store_true",
+                       help="wait until the agent ID needs attention: asking (idle at a "
+                            "prompt after working), notified (a bell or notification), "
+                            "exited or failed")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help=f"give up after SECONDS (exit status {exits.TIMEOUT}); after `wait` "
                         f"this is wait's own, not the per-request deadline")
@@ -60,6 +82,8 @@ def ended(msg: protocol.Exited) -> dict:
 
 def run(args) -> int:
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    if args.idle or args.attention:
+        return _agent(args, deadline)
     connected = False
     while True:
         try:
@@ -96,3 +120,40 @@ def _retry(args, deadline) -> None:
     if deadline is not None and time.monotonic() > deadline:
         raise TimedOut(f"session {args.session} did not end within {args.timeout:g} s")
     time.sleep(0.05)
+
+
+def _agent(args, deadline) -> int:
+    """wait --idle / --attention: follow the agent's events until it is so."""
+    what = "idle" if args.idle else "in need of attention"
+    activity = attention = cause = None
+    try:
+        for ev in agentevents.follow(args, args.session, deadline):
+            f = ev["fields"]
+            if ev["kind"] == "state":
+                activity, attention = f.get("activity"), f.get("attention")
+                cause = f.get("activity_reason") if args.idle else f.get("attention_cause")
+                if activity == "down":
+                    cause = f"it is {f.get('state')}"
+            elif ev["kind"] in ("busy", "idle"):
+                activity, cause = ev["kind"], f.get("reason") if args.idle else cause
+            elif ev["kind"] == "attention":
+                attention = f.get("attention")
+                cause = f.get("cause") if args.attention else cause
+            else:
+                continue
+            done = activity in ("idle", "down") if args.idle else \
+                attention not in (None, "none")
+            if done:
+                break
+    except NotAnswering:
+        raise
+    except TimedOut:
+        raise TimedOut(f"agent {args.session} was not {what} within "
+                       f"{args.timeout:g} s") from None
+    state = activity if args.idle else attention
+    if args.json:
+        print(json.dumps({"agent": args.session, "activity": activity,
+                          "attention": attention, "cause": cause, "event": ev}))
+    else:
+        print(shown(f"{args.session}: {state} ({cause})"))
+    return exits.OK
