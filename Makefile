@@ -5,7 +5,8 @@
 VENV    ?= /opt/clowder-dev/venv
 STAGE   ?= /opt/clowder-dev/src
 PYTHON  := $(VENV)/bin/python
-APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git tmux zsh fish
+APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git tmux zsh fish \
+	    nodejs chromium chromium-driver
 PYTEST_ARGS ?= -q
 # Which tests `make test` runs, and the name of its systemd instance (several can run
 # side by side under different names, each with its own VENV and STAGE).
@@ -34,6 +35,7 @@ deps:
 venv: deps
 	@[ -x $(PYTHON) ] || /usr/bin/python3 -m venv $(VENV)
 	rm -rf build *.egg-info  # a stale build/ would be packaged instead of the sources
+	sh webd/vendor.sh  # xterm.js from the npm registry into webd/static/vendor
 	$(PYTHON) -m pip install -q --disable-pip-version-check ".[test]"
 	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 	rm -rf build *.egg-info
@@ -116,7 +118,7 @@ stop:
 # Regenerate units/ from ctl/units.py (their one source).
 units: venv
 	$(PYTHON) -m ctl install-units --system --dest units --exec-start /usr/bin/ptyhostd \
-	  --control-exec-start /usr/bin/clowder-control
+	  --control-exec-start /usr/bin/clowder-control --web --web-exec-start /usr/bin/clowder-web
 	$(PYTHON) -m ctl install-units --user --dest units/user --exec-start /usr/bin/ptyhostd \
 	  --control-exec-start /usr/bin/clowder-control
 
