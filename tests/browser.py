@@ -99,9 +99,11 @@ class Browser:
     def type(self, text: str) -> None:
         self.call("Input.insertText", text=text)
 
-    def key(self, key: str) -> None:
-        for kind in ("keyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", type=kind, key=key, text=key)
+    def enter(self) -> None:
+        self.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter",
+                  text="\r", windowsVirtualKeyCode=13)
+        self.call("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter",
+                  windowsVirtualKeyCode=13)
 
     def screenshot(self) -> bytes:
         return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])

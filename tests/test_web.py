@@ -209,7 +209,7 @@ def test_read_only_sends_nothing(web, browser):
     open_page(browser, web, "alice", sid)
     browser.eval("document.querySelector('#terminal textarea').focus()")
     browser.type("typed")
-    browser.key("Enter")
+    browser.enter()
     # Past the page: a message written straight onto its WebSocket.
     browser.eval("clowder.ws.send(JSON.stringify({input: 'forced'}))")
     wait_for(lambda: (browser.eval("clowder.refused") or 0) >= 1, LIVE_BOUND,
