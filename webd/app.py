@@ -64,9 +64,11 @@ def _auth(tokens: Tokens):
             response.headers.setdefault("Cache-Control", "no-store")
             response.headers.setdefault("X-Frame-Options", "DENY")
             response.headers.setdefault("Referrer-Policy", "no-referrer")
+            # Scripts from this server only; inline styles allowed because xterm.js
+            # sets its colours and cell sizes in a <style> element it makes.
             response.headers.setdefault(
                 "Content-Security-Policy", "default-src 'self'; connect-src 'self'; "
-                "frame-ancestors 'none'")
+                "style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
         return response
     return check
 

@@ -35,7 +35,7 @@ function render() {
     if (state.open === s.id) tr.className = "open";
     const exit = s.state === "exited" ? (s.signal ? "signal " + s.signal : text(s.exit_code)) : "";
     for (const [value, cls] of [[s.id], [s.name], [s.state, "state-" + s.state], [exit],
-                                [(s.argv || []).join(" ")]]) {
+                                [(s.argv || []).join(" "), "command"]]) {
       const td = document.createElement("td");
       td.textContent = text(value);
       if (cls) td.className = cls;
