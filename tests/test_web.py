@@ -13,12 +13,14 @@ import base64
 import http.client
 import json
 import os
+import socket
 import urllib.parse
 
 import aiohttp
 import pytest
 
 from conftest import PYTHON, ensure_user, wait_for
+from hostile import MiB, Flooder, Memory
 
 PORT = 7380
 BASE = f"http://127.0.0.1:{PORT}"
@@ -194,14 +196,30 @@ def test_the_page_lists_sessions_and_shows_the_snapshot_then_live_output(web, br
     web.ctl("send", sid, "live one", user="alice")
     wait_for(lambda: "got b'live one'" in screen(browser), LIVE_BOUND,
              "the live output in the page's terminal")
-    if os.environ.get("CLOWDER_WEB_SCREENSHOT"):
-        web.ctl("spawn", "--name", "build", "--", "sh", "-c",
-                "echo compiling...; sleep 600", user="alice")
-        wait_for(lambda: (browser.eval("clowder.sessions.length") or 0) >= 2, PAGE_BOUND,
-                 "the page to list the second session")
-        print("WEB_PNG_BASE64:" + base64.b64encode(browser.screenshot()).decode())
-        web.ctl("kill", "build", user="alice")
+    if os.environ.get("CLOWDER_WEB_SCREENSHOT"):  # docs/web.png: CLOWDER_WEB_SCREENSHOT=1
+        _screenshot(web, browser)
     web.ctl("kill", sid, user="alice")
+
+
+DEMO = r"""printf '\033[1;32m$\033[0m make test\n'
+printf 'tests/test_web.py \033[32m........\033[0m  [100%%]\n'
+printf '\033[32m======== 8 passed in 51.65s ========\033[0m\n'
+printf '\033[1;32m$\033[0m git status --short\n \033[31mM\033[0m webd/app.py\n'
+printf '\033[1;32m$\033[0m '; sleep 600"""
+
+
+def _screenshot(web, browser) -> None:
+    """Print the page with a second, coloured session open, as base64 (the instance's
+    files vanish with it): `make test ... | grep WEB_PNG_BASE64` makes docs/web.png."""
+    web.ctl("spawn", "--name", "build", "--", "sh", "-c", DEMO, user="alice")
+    wait_for(lambda: "git status" in snapshot(web, "build"), 10, "the demo to print")
+    build = next(s["id"] for s in web.ps(user="alice").values() if s["name"] == "build")
+    wait_for(lambda: build in (browser.eval("clowder.sessions.map(s => s.id)") or []),
+             PAGE_BOUND, "the page to list the demo session")
+    browser.eval(f"location.hash = {json.dumps(build)}")
+    wait_for(lambda: "git status" in screen(browser), PAGE_BOUND, "the demo in the page")
+    print("WEB_PNG_BASE64:" + base64.b64encode(browser.screenshot()).decode())
+    web.ctl("kill", build, user="alice")
 
 
 def test_read_only_sends_nothing(web, browser):
@@ -275,3 +293,39 @@ def test_minting_in_a_loop_stays_bounded(web):
     assert _rss_kib(pid) - before < 16 * 1024, (before, _rss_kib(pid))
     cookie = login(url_for(web, "alice"))
     assert get("/api/sessions", cookie)[0].status == 200
+
+
+class _HttpFlooder(Flooder):
+    """hostile.Flooder over TCP, with no Hello: an HTTP client that never reads."""
+
+    def __init__(self, frames: bytes):
+        self.sock = socket.create_connection(("127.0.0.1", PORT))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.setblocking(False)
+        self.frames, self.sent, self.closed_by_peer = frames, 0, False
+
+
+def test_a_page_that_never_reads_a_flood_stays_bounded(web):
+    """A terminal WebSocket on a session printing as fast as it can, from a client that
+    never reads, while another client pipelines list requests and never reads: clowder-web
+    stops reading the second (it takes less than 16 MiB of requests), its peak memory
+    grows by less than 32 MiB, and alice is still served."""
+    sid = web.spawn("sh", "-c", "yes 'flood flood flood flood flood flood flood'",
+                    user="alice")
+    cookie = login(url_for(web, "alice"))
+    memory = Memory(int(web.show("clowder-web.service", "MainPID")["MainPID"]))
+    key = base64.b64encode(os.urandom(16)).decode()
+    with _HttpFlooder((f"GET /ws/{sid} HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\n"
+                       f"Origin: {BASE}\r\nCookie: clowder_web={cookie}\r\n"
+                       f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                       f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                       ).encode()) as ws, \
+            _HttpFlooder(f"GET /api/sessions HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\n"
+                         f"Cookie: clowder_web={cookie}\r\n\r\n".encode()) as lists:
+        ws.run(limit=len(ws.frames))  # the upgrade, once; then never a read
+        taken = lists.run(limit=16 * MiB, stall=3.0, seconds=30.0)
+        grew = memory.stop()
+        assert taken < 16 * MiB, f"clowder-web read {taken} bytes of requests unanswered"
+        assert grew < 32 * MiB, f"clowder-web's peak memory grew by {grew >> 20} MiB"
+        assert get("/api/sessions", cookie)[0].status == 200  # others still served
+    web.ctl("kill", sid, user="alice")
