@@ -181,6 +181,32 @@ def test_a_forged_origin_is_refused(web):
     web.ctl("kill", sid, user="alice")
 
 
+def get_as(host, user: str, path: str, cookie: str | None = None) -> int:
+    """The status of GET ``path`` made by a process of ``user`` (the kernel's uid)."""
+    script = ("import http.client, sys\n"
+              f"c = http.client.HTTPConnection('127.0.0.1', {PORT}, timeout=10)\n"
+              "c.request('GET', sys.argv[1], headers={'Cookie': sys.argv[2]} if sys.argv[2] else {})\n"
+              "print(c.getresponse().status)\n")
+    out = host.run([PYTHON, "-c", script, path, f"clowder_web={cookie}" if cookie else ""],
+                   user=user).stdout
+    return int(out)
+
+
+def test_a_login_is_honoured_only_from_its_own_uid(web):
+    """Browsers send a host's cookies to every port: a member's server on 127.0.0.1 can
+    be handed alice's cookie.  Presented from bob's uid it is refused; from alice's
+    (and root's: the tests' own client) it works; a token of alice's opened by bob is
+    used up and logs nobody in."""
+    cookie = login(url_for(web, "alice"))
+    assert get_as(web, "alice", "/api/sessions", cookie) == 200
+    assert get_as(web, "bob", "/api/sessions", cookie) == 401
+    assert get_as(web, "bob", "/", cookie) == 401
+    u = urllib.parse.urlsplit(url_for(web, "alice"))
+    assert get_as(web, "bob", f"{u.path}?{u.query}") == 401
+    assert get(f"{u.path}?{u.query}")[0].status == 401  # used up
+    assert get("/api/sessions", cookie)[0].status == 200
+
+
 # --- the page -----------------------------------------------------------------------------
 
 def test_the_page_lists_sessions_and_shows_the_snapshot_then_live_output(web, browser):

@@ -40,6 +40,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--origin", action="append", default=[], metavar="ORIGIN",
                    help="also accept WebSockets from ORIGIN (e.g. https://proxy.example, "
                         "a reverse proxy's); the page's own origin is always accepted")
+    p.add_argument("--proxy-user", action="append", default=[], metavar="USER",
+                   help="a reverse proxy's user, which may present other users' logins "
+                        "(every other connection from this machine must be the login's "
+                        "own uid or root)")
     p.add_argument("--url", help="the base URL `clowderctl web` prints (default: "
                    "http:// and the TCP socket's address)")
     p.add_argument("--version", action="version", version=f"clowder-web {__version__}")
@@ -75,7 +79,8 @@ async def serve(args) -> None:
         raise SystemExit("clowder-web: start it through clowder-web.socket (it needs an "
                          "HTTP socket and web-token.sock from systemd)")
     settings = Settings(args.host_socket, access.input_uids(args.input_for),
-                        frozenset(args.origin))
+                        frozenset(args.origin),
+                        access.input_uids(args.proxy_user, "--proxy-user"))
     tokens = Tokens()
     runner = web.AppRunner(make_app(settings, tokens), access_log=None,
                            handle_signals=False)

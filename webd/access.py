@@ -23,7 +23,7 @@ def visible(uid: int, sessions: list[dict]) -> list[dict]:
     return [s for s in sessions if may_see(uid, s)]
 
 
-def input_uids(names: list[str]) -> frozenset[int]:
+def input_uids(names: list[str], option: str = "--input-for") -> frozenset[int]:
     """The uids of the users the web unit lets type (``--input-for``): names or numbers.
     An unknown name is an error at start, not a silent read-only."""
     uids = set()
@@ -34,7 +34,7 @@ def input_uids(names: list[str]) -> frozenset[int]:
         try:
             uids.add(pwd.getpwnam(name).pw_uid)
         except KeyError:
-            raise ValueError(f"--input-for {name!r}: no such user") from None
+            raise ValueError(f"{option} {name!r}: no such user") from None
     return frozenset(uids)
 
 

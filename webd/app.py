@@ -18,7 +18,7 @@ from aiohttp import WSMsgType, web
 
 import clowder_wire as protocol
 
-from . import access, hostlink
+from . import access, hostlink, peer
 from .tokens import COOKIE_TTL, Tokens
 
 log = logging.getLogger("clowder-web")
@@ -32,14 +32,16 @@ NO_LOGIN = ("401: no valid login. Run `clowderctl web` and open the URL it print
 class Settings:
     """What the web unit's command line configured."""
 
-    def __init__(self, host_socket: str, typists: frozenset[int], origins: frozenset[str]):
+    def __init__(self, host_socket: str, typists: frozenset[int], origins: frozenset[str],
+                 proxies: frozenset[int] = frozenset()):
         self.host_socket = host_socket
         self.typists = typists  # uids that may type (access.may_type)
         self.origins = origins  # extra allowed WebSocket origins (a reverse proxy's)
+        self.proxies = proxies  # uids that may carry others' cookies (a reverse proxy's)
 
 
 def make_app(settings: Settings, tokens: Tokens) -> web.Application:
-    app = web.Application(middlewares=[_auth(tokens)])
+    app = web.Application(middlewares=[_auth(tokens, settings)])
     app["settings"] = settings
     app["tokens"] = tokens
     app.router.add_get("/login", login)
@@ -50,13 +52,14 @@ def make_app(settings: Settings, tokens: Tokens) -> web.Application:
     return app
 
 
-def _auth(tokens: Tokens):
+def _auth(tokens: Tokens, settings: Settings):
     @web.middleware
     async def check(request: web.Request, handler):
         if request.path != "/login":
             uid = tokens.uid_of(request.cookies.get(COOKIE, ""))
             if uid is None:
                 raise web.HTTPUnauthorized(text=NO_LOGIN)
+            _check_peer(request, uid, settings)
             request["uid"] = uid
         response = await handler(request)
         if isinstance(response, web.StreamResponse) and not isinstance(
@@ -73,11 +76,24 @@ def _auth(tokens: Tokens):
     return check
 
 
+def _check_peer(request: web.Request, uid: int, settings: Settings) -> None:
+    """A login is honoured only from its own uid where the kernel can tell (peer.py)."""
+    who = peer.uid_of(request.transport)
+    if who is not None and who not in (0, uid) and who not in settings.proxies:
+        log.warning("uid %d's login presented by uid %d: refused", uid, who,
+                    extra={"CLOWDER_CAUSE": "web-peer"})
+        raise web.HTTPUnauthorized(text="401: this login belongs to another user. Run "
+                                        "`clowderctl web` as yourself.\n")
+
+
 async def login(request: web.Request) -> web.Response:
     """A token for a cookie: good once, then /."""
-    cookie = request.app["tokens"].redeem(request.query.get("token", ""))
-    if cookie is None:
+    tokens: Tokens = request.app["tokens"]
+    uid = tokens.tokens.take(request.query.get("token", ""))
+    if uid is None:
         raise web.HTTPUnauthorized(text=NO_LOGIN)
+    _check_peer(request, uid, request.app["settings"])
+    cookie = tokens.cookies.add(uid)
     response = web.HTTPSeeOther("/")
     response.set_cookie(COOKIE, cookie, httponly=True, samesite="Strict", path="/",
                         max_age=int(COOKIE_TTL))
