@@ -107,7 +107,11 @@ function connect(id) {
     state.wsState = "closed";
     if (state.ws !== ws || state.exited) return;
     status("reattaching…");
-    setTimeout(() => { if (state.ws === ws && state.open === id) connect(id); }, 500);
+    // A session the list no longer has (removed) is not attached again and again.
+    setTimeout(() => {
+      if (state.ws === ws && state.open === id && state.sessions.some(s => s.id === id))
+        connect(id);
+    }, 500);
   };
 }
 
