@@ -17,8 +17,8 @@ def add_parser(sub):
 The URL holds a token minted for your uid by clowder-web (which reads who you are from
 the kernel): it is good once and for two minutes; opening it logs that browser in as
 you for 12 hours, read-only unless clowder-web was started with --input-for you.
-clowder-web listens on 127.0.0.1:7380 only: from another machine, `ssh -L
-7380:127.0.0.1:7380 HOST` first.  Start it with `systemctl enable --now
+clowder-web listens on 127.0.0.1:7380 only: from another machine, `clowderctl --host
+HOST web` (it runs there), and `ssh -L 7380:127.0.0.1:7380 HOST` to open the URL.  Start it with `systemctl enable --now
 clowder-web.socket`.
 
 --json prints one object: {{"url": the URL, "token": its token, "expires_in": seconds}}.
