@@ -21,6 +21,7 @@ import pytest
 
 from conftest import PYTHON, ensure_user, wait_for
 from hostile import MiB, Flooder, Memory
+from test_control import agent_yaml, control  # noqa: F401 - the fixture
 
 PORT = 7380
 BASE = f"http://127.0.0.1:{PORT}"
@@ -295,6 +296,33 @@ def test_a_host_restart_while_the_page_is_open_recovers(web, browser):
     wait_for(lambda: "got b'after restart'" in screen(browser), LIVE_BOUND,
              "live output after the restart")
     web.ctl("kill", sid, user="alice")
+
+
+AGENTS_JS = "(clowder.agents || []).map(a => a.name + ' ' + a.activity).join(',')"
+
+
+def test_the_page_shows_the_users_agents_busy_and_idle(web, control, browser):
+    """alice's agent (``user: alice``) is listed for her with clowder-control's
+    busy/idle, live; root's agent is not; bob sees no agent."""
+    alice = ensure_user("alice", 2001, "clowder")
+    workdir = "/home/alice/agent-work"
+    os.makedirs(workdir, exist_ok=True)
+    os.chown(workdir, alice, alice)
+    control.write_config("agents:\n" + agent_yaml("hers", "cat", workdir).replace(
+        "    shells:", "    user: alice\n    shells:") + agent_yaml(
+        "roots", "sleep 100000", control.workdir))
+    hers = control.wait_running(["hers", "roots"])["hers"]
+    open_page(browser, web, "alice")
+    wait_for(lambda: browser.eval(AGENTS_JS) == "hers idle", PAGE_BOUND,
+             "the page to list alice's agent, idle")
+    web.ctl("send", hers["session"], "ping\r", user="alice")  # echoed: output, so busy
+    wait_for(lambda: browser.eval(AGENTS_JS) == "hers busy", LIVE_BOUND,
+             "the page to show the agent busy")
+    wait_for(lambda: browser.eval(AGENTS_JS) == "hers idle", PAGE_BOUND,
+             "the page to show the agent idle again")
+    browser.clear_cookies()
+    open_page(browser, web, "bob")
+    assert browser.eval("clowder.agents") == []
 
 
 # --- hostile ------------------------------------------------------------------------------

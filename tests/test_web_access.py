@@ -60,3 +60,14 @@ def test_the_tables_are_bounded_per_uid_and_in_all():
     for uid in range(2000, 2200):
         table.add(uid)
     assert len(table) == 100
+
+
+def test_may_see_agent_is_clowder_controls_rule():
+    assert access.may_see_agent(0, {"user": None})
+    assert access.may_see_agent(0, {"user": "root"})
+    assert access.may_see_agent(0, {"user": "nobody"})
+    nobody = __import__("pwd").getpwnam("nobody").pw_uid
+    assert access.may_see_agent(nobody, {"user": "nobody"})
+    assert not access.may_see_agent(nobody, {"user": None})  # root's agent
+    assert not access.may_see_agent(nobody, {"user": "root"})
+    assert not access.may_see_agent(nobody, {"user": "no-such-user-here"})

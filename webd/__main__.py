@@ -34,6 +34,9 @@ def parser() -> argparse.ArgumentParser:
                    "(the only scope so far)")
     p.add_argument("--host-socket", default="/run/clowder/ptyhost.sock",
                    help="the PTY host's socket (default /run/clowder/ptyhost.sock)")
+    p.add_argument("--control-socket", default="/run/clowder/control.sock",
+                   help="clowder-control's socket, for the agents and their busy/idle "
+                        "(default /run/clowder/control.sock; \"\": sessions only)")
     p.add_argument("--input-for", action="append", default=[], metavar="USER",
                    help="let USER type into their sessions from the page (repeat for "
                         "more; default: nobody, every view is read-only)")
@@ -80,7 +83,8 @@ async def serve(args) -> None:
                          "HTTP socket and web-token.sock from systemd)")
     settings = Settings(args.host_socket, access.input_uids(args.input_for),
                         frozenset(args.origin),
-                        access.input_uids(args.proxy_user, "--proxy-user"))
+                        access.input_uids(args.proxy_user, "--proxy-user"),
+                        args.control_socket)
     tokens = Tokens()
     runner = web.AppRunner(make_app(settings, tokens), access_log=None,
                            handle_signals=False)

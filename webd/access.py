@@ -38,6 +38,21 @@ def input_uids(names: list[str], option: str = "--input-for") -> frozenset[int]:
     return frozenset(uids)
 
 
+def may_see_agent(uid: int, agent: dict) -> bool:
+    """Whether ``uid`` sees agent ``agent`` (a StatusReport entry): clowder-control's rule
+    (``Supervisor.may_drive``): root, and the agent's ``user:``.  (Its own uid is root
+    here: clowder-web serves the system scope.)"""
+    if uid == 0:
+        return True
+    user = agent.get("user")
+    if not user:
+        return False
+    try:
+        return pwd.getpwnam(user).pw_uid == uid
+    except KeyError:
+        return False
+
+
 def may_type(uid: int, info: dict, typists: frozenset[int]) -> bool:
     """Whether ``uid`` may send input to the session ``info`` through the web view: it
     may see it, and the web unit's configuration lets that user type."""

@@ -33,8 +33,9 @@ class Settings:
     """What the web unit's command line configured."""
 
     def __init__(self, host_socket: str, typists: frozenset[int], origins: frozenset[str],
-                 proxies: frozenset[int] = frozenset()):
+                 proxies: frozenset[int] = frozenset(), control_socket: str = ""):
         self.host_socket = host_socket
+        self.control_socket = control_socket  # clowder-control's: the agents ("": none)
         self.typists = typists  # uids that may type (access.may_type)
         self.origins = origins  # extra allowed WebSocket origins (a reverse proxy's)
         self.proxies = proxies  # uids that may carry others' cookies (a reverse proxy's)
@@ -114,7 +115,16 @@ async def sessions(request: web.Request) -> web.Response:
         return web.json_response({"error": str(exc)}, status=503)
     for s in shown:
         s["input"] = access.may_type(uid, s, settings.typists)
-    return web.json_response({"uid": uid, "sessions": shown})
+    agents = await hostlink.agents(settings.control_socket) \
+        if settings.control_socket else None
+    mine = None if agents is None else [
+        {k: a.get(k) for k in AGENT_FIELDS} for a in agents if access.may_see_agent(uid, a)]
+    return web.json_response({"uid": uid, "sessions": shown, "agents": mine})
+
+
+# What the page shows of an agent (clowder-control's status has more: cwd, problems).
+AGENT_FIELDS = ("name", "state", "activity", "activity_reason", "session", "pid",
+                "last_exit", "uptime", "user")
 
 
 def origin_ok(request: web.Request, extra: frozenset[str]) -> bool:

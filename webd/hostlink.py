@@ -1,5 +1,5 @@
 """clowder-web's side of the PTY host protocol: a list, and a read-only (or typing)
-attach whose output is handed on.
+attach whose output is handed on; and clowder-control's status, for the agents.
 
 Every request opens a connection of its own: the host's socket is held by systemd, so
 a connection made while the host restarts waits in the backlog and is answered by the
@@ -94,6 +94,27 @@ async def attach(path: str, sid: str, cols: int, rows: int, read_only: bool
         link.close()
         raise HostError(f"the PTY host answered Attach with {type(reply).__name__}")
     return link, reply.session
+
+
+STATUS_TIMEOUT = 2.0  # seconds for clowder-control's status: the list is shown without it
+
+
+async def agents(path: str) -> list[dict] | None:
+    """Every agent clowder-control runs (the caller filters by uid); None when
+    clowder-control is not there or slow: the page then shows sessions alone."""
+    try:
+        link = await asyncio.wait_for(Link.open(path), STATUS_TIMEOUT)
+    except (HostError, asyncio.TimeoutError):
+        return None
+    try:
+        link.send(protocol.GetStatus())
+        reply = await asyncio.wait_for(link.read(), STATUS_TIMEOUT)
+        return reply.agents if isinstance(reply, protocol.StatusReport) else None
+    except (HostError, OSError, asyncio.IncompleteReadError, asyncio.TimeoutError,
+            protocol.ProtocolError):
+        return None
+    finally:
+        link.close()
 
 
 def output_of(msg: protocol.Message) -> Optional[bytes]:

@@ -3,7 +3,7 @@
 // comes from this server: xterm.js is bundled at build time, never fetched.
 "use strict";
 
-const state = {sessions: [], polls: 0, open: null, ws: null, term: null, input: false,
+const state = {sessions: [], agents: null, polls: 0, open: null, ws: null, term: null, input: false,
                attaches: 0, refused: 0, exited: null, wsState: "closed"};
 window.clowder = state;  // read by tests/test_web.py
 
@@ -16,6 +16,7 @@ async function poll() {
     const body = await r.json();
     if (!r.ok) throw new Error(body.error || r.status);
     state.sessions = body.sessions;
+    state.agents = body.agents;  // null: clowder-control did not answer
     state.polls += 1;
     render();
     status("live");
@@ -27,7 +28,40 @@ async function poll() {
 
 function status(s) { document.getElementById("status").textContent = s; }
 
+function row(cells, id) {
+  const tr = document.createElement("tr");
+  if (id) {
+    tr.dataset.id = id;
+    if (state.open === id) tr.className = "open";
+    tr.addEventListener("click", () => { location.hash = id; });
+  }
+  for (const [value, cls] of cells) {
+    const td = document.createElement("td");
+    td.textContent = text(value);
+    if (cls) td.className = cls;
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+function exitText(e) {
+  if (!e) return "";
+  return e.signal ? "signal " + e.signal : text(e.exit_code !== undefined ? e.exit_code : e.code);
+}
+
+function renderAgents() {
+  const table = document.getElementById("agents");
+  table.hidden = !state.agents || state.agents.length === 0;
+  const rows = (state.agents || []).map(a => row([
+    [a.name], [a.state, "state-" + a.state],
+    [a.activity + (a.activity_reason ? " (" + a.activity_reason + ")" : ""),
+     "activity-" + a.activity],
+    [a.session], [exitText(a.last_exit)]], a.session));
+  table.querySelector("tbody").replaceChildren(...rows);
+}
+
 function render() {
+  renderAgents();
   const body = document.querySelector("#sessions tbody");
   const rows = state.sessions.map(s => {
     const tr = document.createElement("tr");
