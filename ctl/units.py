@@ -12,7 +12,7 @@ from __future__ import annotations
 DOCS_URL = "https://example.org/clowder"
 PTYHOST_DOCS = f"man:ptyhostd(8) man:clowderctl(1) {DOCS_URL}"
 CONTROL_DOCS = f"man:clowder-control(8) man:clowder.yaml(5) man:clowderctl(1) {DOCS_URL}"
-WEB_DOCS = f"man:clowderctl(1) {DOCS_URL}"
+WEB_DOCS = f"man:clowder-web(8) man:clowderctl(1) {DOCS_URL}"
 # clowder-web's TCP port (loopback only); a drop-in with ListenStream= changes it.
 WEB_PORT = 7380
 

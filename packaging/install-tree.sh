@@ -32,7 +32,8 @@ for pkg in $PACKAGES; do
 	cp -R "$pkg" "$destdir$PRIVATE/"
 done
 find "$destdir$PRIVATE" -name __pycache__ -prune -exec rm -rf {} +
-rm -rf "$destdir$PRIVATE/webd/js" "$destdir$PRIVATE/webd/static/vendor/.lock"  # build inputs only
+rm -rf "$destdir$PRIVATE/webd/js" "$destdir$PRIVATE/webd/vendor.sh" \
+       "$destdir$PRIVATE/webd/static/vendor/.lock"  # build inputs only
 find "$destdir$PRIVATE" -type d -exec chmod 0755 {} +
 find "$destdir$PRIVATE" -type f -exec chmod 0644 {} +
 

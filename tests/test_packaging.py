@@ -177,7 +177,7 @@ def test_deb_contents(debs):
 # The man pages and completions, generated at build time (packaging/gendocs.py); their
 # content is tests/test_manpages.py's.
 MAN_PAGES = ("man1/clowderctl.1", "man8/ptyhostd.8", "man8/clowder-control.8",
-             "man5/clowder.yaml.5")
+             "man8/clowder-web.8", "man5/clowder.yaml.5")
 
 
 def test_deb_ships_generated_man_pages_and_completions(debs, tmp_path):

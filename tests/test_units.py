@@ -47,7 +47,7 @@ def test_every_unit_names_its_documentation():
     pages = {"clowder-ptyhost": ("man:ptyhostd(8)", "man:clowderctl(1)"),
              "clowder-control": ("man:clowder-control(8)", "man:clowder.yaml(5)",
                                  "man:clowderctl(1)"),
-             "clowder-web": ("man:clowderctl(1)",)}
+             "clowder-web": ("man:clowder-web(8)", "man:clowderctl(1)")}
     for scope in ("system", "user"):
         files = units.render(scope, "/usr/bin/ptyhostd")
         if scope == "system":

@@ -13,16 +13,11 @@ import logging
 import signal
 import socket
 
-from aiohttp import web
-
 from clowder_common import __version__, sdnotify
 from clowder_common.log import add_argument as add_log_level
 from clowder_common.log import setup as setup_logging
 
 from . import access
-from .app import Settings, make_app
-from .mint import Mint
-from .tokens import Tokens
 
 log = logging.getLogger("clowder-web")
 TOKEN_SOCKET = "web-token.sock"
@@ -77,6 +72,12 @@ def _base_url(http: list[socket.socket]) -> str:
 
 
 async def serve(args) -> None:
+    # Here, not at the top: the man page's build imports parser() without aiohttp.
+    from aiohttp import web
+
+    from .app import Settings, make_app
+    from .mint import Mint
+    from .tokens import Tokens
     http, mint = _sockets()
     if not http or not mint:
         raise SystemExit("clowder-web: start it through clowder-web.socket (it needs an "
