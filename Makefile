@@ -6,7 +6,7 @@ VENV    ?= /opt/clowder-dev/venv
 STAGE   ?= /opt/clowder-dev/src
 PYTHON  := $(VENV)/bin/python
 APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git tmux zsh fish \
-	    nodejs chromium chromium-driver python3-aiohttp
+	    nodejs chromium python3-aiohttp
 PYTEST_ARGS ?= -q
 # Which tests `make test` runs, and the name of its systemd instance (several can run
 # side by side under different names, each with its own VENV and STAGE).
@@ -23,7 +23,8 @@ INSTANCE_ENV = $(foreach v,$(filter CLOWDER_%,$(.VARIABLES)),--env $(v)=$($(v)))
 
 # Debian packages the build of systemd-python and the tests need (zsh and fish: the
 # completions run in them, tests/test_manpages.py; nodejs's npm fetches xterm.js,
-# webd/vendor.sh; chromium drives the web view, tests/test_web.py; python3-aiohttp is
+# webd/vendor.sh; chromium shows the web view, driven over its DevTools protocol
+# (tests/browser.py: no chromedriver needed); python3-aiohttp is
 # what the .deb depends on, for its install tests).
 deps:
 	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
