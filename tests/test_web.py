@@ -223,8 +223,6 @@ def test_the_page_lists_sessions_and_shows_the_snapshot_then_live_output(web, br
     web.ctl("send", sid, "live one", user="alice")
     wait_for(lambda: "got b'live one'" in screen(browser), LIVE_BOUND,
              "the live output in the page's terminal")
-    if os.environ.get("CLOWDER_WEB_SCREENSHOT"):  # docs/web.png: CLOWDER_WEB_SCREENSHOT=1
-        _screenshot(web, browser)
     web.ctl("kill", sid, user="alice")
 
 
@@ -320,6 +318,8 @@ def test_the_page_shows_the_users_agents_busy_and_idle(web, control, browser):
              "the page to show the agent busy")
     wait_for(lambda: browser.eval(AGENTS_JS) == "hers idle", PAGE_BOUND,
              "the page to show the agent idle again")
+    if os.environ.get("CLOWDER_WEB_SCREENSHOT"):  # docs/web.png: CLOWDER_WEB_SCREENSHOT=1
+        _screenshot(web, browser)
     browser.clear_cookies()
     open_page(browser, web, "bob")
     assert browser.eval("clowder.agents") == []
