@@ -59,7 +59,9 @@ def children(pid: int) -> list[int]:
 
 def measure(what: str, extra: list[int]) -> dict:
     host, web = main_pid("clowder-ptyhost.service"), main_pid("clowder-web.service")
-    groups = {"host": [host], "web": [web], "client": extra}
+    control = main_pid("clowder-control.service")  # asked for the agents at each list
+    groups = {"host": [host], "web": [web], "control": [control] if control else [],
+              "client": extra}
     start = {k: cpu_seconds(v) for k, v in groups.items()}
     t0 = time.monotonic()
     time.sleep(WINDOW)  # a measuring window, not a wait for an event
@@ -99,11 +101,12 @@ def main() -> None:
         b.close()
     ctl("kill", sid)
     print(f"\nclowder-web's cost, {WINDOW:g} s windows (CPU: % of one core)\n")
-    print("| case | host CPU | clowder-web CPU | client CPU | clowder-web PSS | client PSS |")
-    print("|---|---|---|---|---|---|")
+    print("| case | host CPU | clowder-web CPU | clowder-control CPU | client CPU | "
+          "clowder-web PSS | client PSS |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         cells = [f"{r[k]:.0f} %" if k in r else "-" for k in ("host_cpu", "web_cpu",
-                                                             "client_cpu")]
+                                                             "control_cpu", "client_cpu")]
         mem = [f"{r[k] / 1024:.1f} MiB" if r.get(k) else "-" for k in ("web_pss_kb",
                                                                        "client_pss_kb")]
         print(f"| {r['case']} | " + " | ".join(cells + mem) + " |")
