@@ -5,7 +5,8 @@
 VENV    ?= /opt/clowder-dev/venv
 STAGE   ?= /opt/clowder-dev/src
 PYTHON  := $(VENV)/bin/python
-APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git tmux zsh fish asciinema
+APT_PKGS := libsystemd-dev pkg-config gcc python3-venv python3-dev vim less man-db procps git tmux zsh fish \
+	    asciinema nodejs chromium python3-aiohttp
 PYTEST_ARGS ?= -q
 # Which tests `make test` runs, and the name of its systemd instance (several can run
 # side by side under different names, each with its own VENV and STAGE).
@@ -22,7 +23,10 @@ INSTANCE_ENV = $(foreach v,$(filter CLOWDER_%,$(.VARIABLES)),--env $(v)=$($(v)))
 
 # Debian packages the build of systemd-python and the tests need (zsh and fish: the
 # completions run in them, tests/test_manpages.py; asciinema, 240 KB of Python: it reads
-# what `clowderctl export` writes, tests/test_export.py).
+# what `clowderctl export` writes, tests/test_export.py; nodejs's npm fetches xterm.js,
+# webd/vendor.sh; chromium shows the web view, driven over its DevTools protocol
+# (tests/browser.py: no chromedriver needed); python3-aiohttp is
+# what the .deb depends on, for its install tests).
 deps:
 	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -35,6 +39,7 @@ deps:
 venv: deps
 	@[ -x $(PYTHON) ] || /usr/bin/python3 -m venv $(VENV)
 	rm -rf build *.egg-info  # a stale build/ would be packaged instead of the sources
+	sh webd/vendor.sh  # xterm.js from the npm registry into webd/static/vendor
 	$(PYTHON) -m pip install -q --disable-pip-version-check ".[test]"
 	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --force-reinstall .
 	rm -rf build *.egg-info
@@ -47,7 +52,7 @@ stage:
 
 test-unit: venv
 	$(PYTHON) -m pytest $(PYTEST_ARGS) tests/test_protocol.py tests/test_ring.py tests/test_units.py \
-	  tests/test_layering.py tests/test_portable.py
+	  tests/test_layering.py tests/test_portable.py tests/test_web_access.py
 
 test: venv stage
 	python3 tools/sshhost.py fetch  # the ssh test box's debs: instances have no network
@@ -117,7 +122,7 @@ stop:
 # Regenerate units/ from ctl/units.py (their one source).
 units: venv
 	$(PYTHON) -m ctl install-units --system --dest units --exec-start /usr/bin/ptyhostd \
-	  --control-exec-start /usr/bin/clowder-control
+	  --control-exec-start /usr/bin/clowder-control --web --web-exec-start /usr/bin/clowder-web
 	$(PYTHON) -m ctl install-units --user --dest units/user --exec-start /usr/bin/ptyhostd \
 	  --control-exec-start /usr/bin/clowder-control
 

@@ -16,8 +16,9 @@ from .transport import Remote
 # What `--host` runs where: control commands through a relay to clowder-control, session
 # commands through a relay to the PTY host (which then checks the ssh user's own uid).
 # Commands that read that machine's files or journal have no daemon to relay to: they
-# run there whole, `ssh HOST clowderctl ...`.
-RUN_THERE = ("logs", "config", "install-units")
+# run there whole, `ssh HOST clowderctl ...`; so does `web`, whose token must be minted
+# by that machine's clowder-web for the ssh user's uid there.
+RUN_THERE = ("logs", "config", "install-units", "web")
 
 EPILOG = f"""\
 global options come before the command or anywhere after it: `clowderctl ps

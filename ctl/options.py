@@ -44,7 +44,7 @@ GLOBAL = (
         help="run the command on HOST, through `ssh HOST clowderctl relay` ($CLOWDER_SSH: "
              "the ssh command and its options, default ssh; $CLOWDER_REMOTE_RELAY: the "
              "command run there, default `clowderctl relay`; $CLOWDER_REMOTE_CTL: how to "
-             "run clowderctl there); logs, config and install-units run there whole")),
+             "run clowderctl there); logs, config, install-units and web run there whole")),
 )
 # The attribute each global option sets, and its flag (to hand them on: `open`'s panes).
 FLAGS = {kw["dest"] if "dest" in kw else flags[0][2:].replace("-", "_"): flags[0]

@@ -12,6 +12,9 @@ from __future__ import annotations
 DOCS_URL = "https://example.org/clowder"
 PTYHOST_DOCS = f"man:ptyhostd(8) man:clowderctl(1) {DOCS_URL}"
 CONTROL_DOCS = f"man:clowder-control(8) man:clowder.yaml(5) man:clowderctl(1) {DOCS_URL}"
+WEB_DOCS = f"man:clowder-web(8) man:clowderctl(1) {DOCS_URL}"
+# clowder-web's TCP port (loopback only); a drop-in with ListenStream= changes it.
+WEB_PORT = 7380
 
 SOCKET = """\
 [Unit]
@@ -95,6 +98,58 @@ StateDirectoryMode=0700
 [Install]
 WantedBy={wanted_by}
 """
+
+
+WEB_SOCKET = """\
+[Unit]
+Description=clowder web view sockets
+Documentation={docs}
+
+[Socket]
+# Loopback only: from elsewhere, `ssh -L {port}:127.0.0.1:{port}` or a reverse proxy on
+# web.sock.  Another port: a drop-in with an empty ListenStream= and then the three.
+ListenStream=127.0.0.1:{port}
+ListenStream=%t/clowder/web.sock
+# `clowderctl web` asks here for a login URL bound to its uid (SO_PEERCRED).
+ListenStream=%t/clowder/web-token.sock
+SocketMode=0660
+SocketGroup=clowder
+DirectoryMode=0755
+
+[Install]
+WantedBy=sockets.target
+"""
+
+WEB_SERVICE = """\
+[Unit]
+Description=clowder web view (sessions and terminals in a browser, read-only by default)
+Documentation={docs}
+Requires=clowder-web.socket
+Wants=clowder-ptyhost.socket
+After=clowder-web.socket clowder-ptyhost.socket
+
+[Service]
+Type=notify
+NotifyAccess=main
+# Root, so that the PTY host shows it every user's sessions; it shows each browser only
+# its own uid's (webd/access.py).  Root without any capability: it opens nothing but
+# the host's socket (owned by root), and can neither read others' files nor signal.
+# Typing from the page: add --input-for USER here (a drop-in); nobody may by default.
+ExecStart={exec_start} --system
+CapabilityBoundingSet=
+NoNewPrivileges=yes
+Restart=on-failure
+LimitNOFILE=4096
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def render_web(exec_start: str, port: int = WEB_PORT) -> dict[str, str]:
+    """{file name: text} of the web view's pair (system scope only, so far)."""
+    return {"clowder-web.socket": WEB_SOCKET.format(docs=WEB_DOCS, port=port),
+            "clowder-web.service": WEB_SERVICE.format(docs=WEB_DOCS, exec_start=exec_start)}
 
 
 def render(scope: str, exec_start: str, control_exec_start: str | None = None

@@ -27,7 +27,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/clowder-$kind.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
 src=$work/clowder-$version
 mkdir "$src"
-tar --exclude=./.git --exclude=./build --exclude=./dist --exclude=./debian \
+# xterm.js from the npm registry (pinned with its hash in webd/js/package-lock.json) into
+# webd/static/vendor, here and not in the package build, which downloads nothing.
+sh webd/vendor.sh
+tar --exclude=./webd/js/node_modules --exclude=./.git --exclude=./build --exclude=./dist --exclude=./debian \
     --exclude='*.egg-info' --exclude=__pycache__ --exclude=./.pytest_cache \
     --exclude=./.hypothesis --exclude=./.ci -cf - . | tar -C "$src" -xf -
 

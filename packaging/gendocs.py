@@ -6,6 +6,7 @@ packages (debian/rules, the spec; `make gendocs`), never committed.
 
 writes
     OUT/man/clowderctl.1  OUT/man/ptyhostd.8  OUT/man/clowder-control.8  OUT/man/clowder.yaml.5
+    OUT/man/clowder-web.8
     OUT/completions/bash/clowderctl  OUT/completions/zsh/_clowderctl
     OUT/completions/fish/clowderctl.fish
 
@@ -52,8 +53,10 @@ def pages():
     from controld.__main__ import parser as control_parser
     from ctl.__main__ import build_parser
     from ptyhostd.__main__ import parser as host_parser
+    from webd.__main__ import parser as web_parser
     return (("clowderctl", 1, build_parser()), ("ptyhostd", 8, host_parser()),
-            ("clowder-control", 8, control_parser()), ("clowder.yaml", 5, None))
+            ("clowder-control", 8, control_parser()), ("clowder-web", 8, web_parser()),
+            ("clowder.yaml", 5, None))
 
 
 # -- roff ---------------------------------------------------------------------------

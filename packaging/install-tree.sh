@@ -18,17 +18,22 @@ set -eu
 destdir=${1:?DESTDIR}
 python=${2:-/usr/bin/python3}
 PRIVATE=/usr/share/clowder
-PACKAGES="ptyhostd ctl controld clowder_wire clowder_common"
+PACKAGES="ptyhostd ctl controld webd clowder_wire clowder_common"
 # program  module whose main() it runs
-PROGRAMS="ptyhostd:ptyhostd.__main__ clowderctl:ctl.__main__ clowder-control:controld.__main__"
+PROGRAMS="ptyhostd:ptyhostd.__main__ clowderctl:ctl.__main__ clowder-control:controld.__main__ clowder-web:webd.__main__"
 
 [ -f pyproject.toml ] || { echo "install-tree.sh: run from the tree's root" >&2; exit 2; }
+# xterm.js is copied from the npm registry before the package build (webd/vendor.sh, run
+# by packaging/build.sh and `make venv`): the build itself downloads nothing.
+[ -f webd/static/vendor/xterm.js ] || { echo "install-tree.sh: webd/static/vendor/xterm.js is missing: run sh webd/vendor.sh first" >&2; exit 1; }
 install -d "$destdir$PRIVATE" "$destdir/usr/bin"
 for pkg in $PACKAGES; do
 	[ -f "$pkg/__init__.py" ] || { echo "install-tree.sh: $pkg/__init__.py is missing" >&2; exit 1; }
 	cp -R "$pkg" "$destdir$PRIVATE/"
 done
 find "$destdir$PRIVATE" -name __pycache__ -prune -exec rm -rf {} +
+rm -rf "$destdir$PRIVATE/webd/js" "$destdir$PRIVATE/webd/vendor.sh" \
+       "$destdir$PRIVATE/webd/static/vendor/.lock"  # build inputs only
 find "$destdir$PRIVATE" -type d -exec chmod 0755 {} +
 find "$destdir$PRIVATE" -type f -exec chmod 0644 {} +
 

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ("clowderctl.1", "ptyhostd.8", "clowder-control.8", "clowder.yaml.5")
+PAGES = ("clowderctl.1", "ptyhostd.8", "clowder-control.8", "clowder-web.8", "clowder.yaml.5")
 
 # Arguments allowed to have no help text: none (a new one without help fails).
 UNDOCUMENTED: set = set()
@@ -30,8 +30,9 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
     from controld.__main__ import parser as control_parser
     from ctl.__main__ import build_parser
     from ptyhostd.__main__ import parser as host_parser
+    from webd.__main__ import parser as web_parser
     return {"clowderctl": build_parser(), "ptyhostd": host_parser(),
-            "clowder-control": control_parser()}
+            "clowder-control": control_parser(), "clowder-web": web_parser()}
 
 
 def commands(parser, path=()):
@@ -159,7 +160,7 @@ def test_the_prose_moved_into_the_pages(generated):
     for heading in ("DESCRIPTION", "SESSION LIFECYCLE", "SESSION ENVIRONMENT",
                     "DETACHING", "EXIT STATUS", "ENVIRONMENT", "FILES", "EXAMPLES"):
         assert f'.SH "{heading}"' in ctl, heading
-    for name in ("ptyhostd.8", "clowder-control.8"):
+    for name in ("ptyhostd.8", "clowder-control.8", "clowder-web.8"):
         for heading in ("DESCRIPTION", "FILES", "EXAMPLES", "SEE ALSO"):
             assert f'.SH "{heading}"' in text(name), (name, heading)
 

@@ -38,8 +38,8 @@ PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 SOCKET = "/run/clowder/ptyhost.sock"
 GHOSTTY_DIR = "/usr/lib/clowder/ghostty"  # ptyhostd/engine.py's PACKAGED
 PRIVATE = "/usr/share/clowder"  # packaging/install-tree.sh
-PACKAGES = ("ptyhostd", "ctl", "controld", "clowder_wire", "clowder_common")
-PROGRAMS = ("ptyhostd", "clowderctl", "clowder-control")
+PACKAGES = ("ptyhostd", "ctl", "controld", "webd", "clowder_wire", "clowder_common")
+PROGRAMS = ("ptyhostd", "clowderctl", "clowder-control", "clowder-web")
 SURVIVAL = os.path.join(ROOT, "packaging", "debian", "tests", "survival")
 
 
@@ -137,7 +137,7 @@ def test_deb_contents(debs):
     assert deb_field(old, "Version") != deb_field(new, "Version")
     depends = deb_field(new, "Depends")
     for dep in ("python3-systemd", "python3-jeepney", "python3-yaml", "python3-pyte",
-                "python3-wcwidth", "python3 (>= 3.11)"):
+                "python3-wcwidth", "python3-aiohttp", "python3 (>= 3.11)"):
         assert dep in depends, depends
     files = set(re.findall(r" \.(/\S+)$", run(["dpkg-deb", "-c", new]).stdout, re.M))
     for path in ["/usr/bin/ptyhostd", "/usr/bin/clowderctl", "/usr/bin/clowder-control",
@@ -177,7 +177,7 @@ def test_deb_contents(debs):
 # The man pages and completions, generated at build time (packaging/gendocs.py); their
 # content is tests/test_manpages.py's.
 MAN_PAGES = ("man1/clowderctl.1", "man8/ptyhostd.8", "man8/clowder-control.8",
-             "man5/clowder.yaml.5")
+             "man8/clowder-web.8", "man5/clowder.yaml.5")
 
 
 def test_deb_ships_generated_man_pages_and_completions(debs, tmp_path):
@@ -618,7 +618,7 @@ def test_rpm_builds_with_the_layout(rpm):
         rf"/usr/share/licenses/clowder(-{re.escape(N)})?/LICENSE", licences[0]), licences
     requires = run(["rpm", "-qp", "--requires", rpm]).stdout
     for dep in ("python3-systemd", "python3-jeepney", "python3-pyyaml", "python3-pyte",
-                "python3-wcwidth", "python3 >= 3.11"):
+                "python3-wcwidth", "python3-aiohttp", "python3 >= 3.11"):
         assert dep in requires.splitlines(), requires
     # Only names, no version Fedora (python3-systemd 236) or Debian could miss, and no
     # generated python3dist() pins.

@@ -218,6 +218,31 @@ def test_control_commands_through_host(remote):
     assert bad.returncode == 1 and f"{CONFIG}:2".encode() in bad.stderr, bad
 
 
+def test_web_through_host_is_that_machines_login(remote):
+    """`clowderctl --host BOX web` runs there whole: the URL is the box's clowder-web's,
+    for the ssh user's uid there (root), and lists the box's sessions."""
+    r = remote.box.exec([PYTHON, "-m", "ctl", "install-units", "--system", "--web",
+                         "--exec-start", f"{PYTHON} -m ptyhostd"], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    try:
+        sid = remote.ctl("spawn", "--", "sleep", "100000").stdout.decode().strip()
+        url = json.loads(remote.ctl("web", "--json").stdout)["url"]
+        assert url.startswith("http://127.0.0.1:7380/login?token="), url
+        script = ("import http.client, json, sys, urllib.parse\n"
+                  "u = urllib.parse.urlsplit(sys.argv[1])\n"
+                  "c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)\n"
+                  "c.request('GET', u.path + '?' + u.query); r = c.getresponse(); r.read()\n"
+                  "cookie = r.headers['Set-Cookie'].split(';')[0]\n"
+                  "c.request('GET', '/api/sessions', headers={'Cookie': cookie})\n"
+                  "print(c.getresponse().read().decode())\n")
+        listed = json.loads(remote.box.exec([PYTHON, "-c", script, url], capture_output=True,
+                                            check=True).stdout)
+        assert listed["uid"] == 0 and sid in [s["id"] for s in listed["sessions"]], listed
+        remote.ctl("kill", sid)
+    finally:
+        remote.box.exec(["systemctl", "stop", "clowder-web.service", "clowder-web.socket"])
+
+
 def test_host_with_nothing_listening_there_fails_clearly(remote):
     remote.box.exec(["systemctl", "stop", "clowder-control.service", "clowder-control.socket"],
                     check=True)

@@ -15,15 +15,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("scope,folder", [("system", "units"), ("user", "units/user")])
 def test_units_folder_matches_renderer(scope, folder):
-    for name, text in units.render(scope, "/usr/bin/ptyhostd", "/usr/bin/clowder-control").items():
+    files = units.render(scope, "/usr/bin/ptyhostd", "/usr/bin/clowder-control")
+    if scope == "system":
+        files.update(units.render_web("/usr/bin/clowder-web"))
+    for name, text in files.items():
         with open(os.path.join(ROOT, folder, name)) as f:
             assert f.read() == text, f"{folder}/{name} is stale: run `make units`"
+    on_disk = {n for n in os.listdir(os.path.join(ROOT, folder)) if "." in n}
+    assert on_disk == set(files), f"{folder} holds units the renderer does not make"
 
 
 def test_systemd_accepts_the_units(tmp_path):
     analyze = shutil.which("systemd-analyze")
     assert analyze, "systemd-analyze is needed (Debian package systemd)"
     files = units.render("system", "/bin/true")
+    files.update(units.render_web("/bin/true"))
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     # --man=no: the man: pages of Documentation= are installed by the packages, not here
@@ -40,9 +46,13 @@ def test_every_unit_names_its_documentation():
     install, and the project's page as debian/copyright and the spec name it."""
     pages = {"clowder-ptyhost": ("man:ptyhostd(8)", "man:clowderctl(1)"),
              "clowder-control": ("man:clowder-control(8)", "man:clowder.yaml(5)",
-                                 "man:clowderctl(1)")}
+                                 "man:clowderctl(1)"),
+             "clowder-web": ("man:clowder-web(8)", "man:clowderctl(1)")}
     for scope in ("system", "user"):
-        for name, text in units.render(scope, "/usr/bin/ptyhostd").items():
+        files = units.render(scope, "/usr/bin/ptyhostd")
+        if scope == "system":
+            files.update(units.render_web("/usr/bin/clowder-web"))
+        for name, text in files.items():
             docs = [line.split("=", 1)[1].split() for line in text.splitlines()
                     if line.startswith("Documentation=")]
             assert len(docs) == 1, f"{scope} {name}: want one Documentation= line"

@@ -45,6 +45,7 @@ COMMANDS = (
                            "(its loopback)"),
     ("config", "config", "check the agents configuration"),
     ("upgrade", "upgrade", "check an upgrade of the running host"),
+    ("web", "web", "print a login URL for the web view"),
     ("install-units", "install_units", "install and start the systemd units"),
     ("relay", "relay", "copy stdin/stdout to clowder-control's socket (what `clowderctl "
                        "--host` runs through ssh)"),

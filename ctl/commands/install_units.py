@@ -18,6 +18,7 @@ examples:
   sudo clowderctl install-units --system
   clowderctl install-units --user
   clowderctl install-units --user --dest /tmp/units
+  sudo clowderctl install-units --system --web
 """)
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--system", dest="scope", action="store_const", const="system",
@@ -32,6 +33,12 @@ examples:
     p.add_argument("--control-exec-start", default=None, metavar="COMMAND",
                    help="the control daemon's command (default: the host command with "
                         "ptyhostd replaced by controld)")
+    p.add_argument("--web", action="store_true",
+                   help="--system: also install and start the web view "
+                        "(clowder-web.socket, 127.0.0.1:7380)")
+    p.add_argument("--web-exec-start", default=None, metavar="COMMAND",
+                   help="the web view's command (default: the host command with "
+                        "ptyhostd replaced by webd)")
     p.add_argument("--no-linger", action="store_true",
                    help="--user: do not enable lingering (the units then stop when your "
                         "last login session ends)")
@@ -55,6 +62,12 @@ def _run(cmd: list[str]) -> None:
 def run(args) -> int:
     scope = args.scope or ("system" if os.getuid() == 0 else "user")
     files = units.render(scope, args.exec_start, args.control_exec_start)
+    if args.web:
+        if scope != "system":
+            raise SystemExit("clowderctl install-units --web: the web view has system "
+                             "units only, so far")
+        files.update(units.render_web(args.web_exec_start
+                                      or args.exec_start.replace("ptyhostd", "webd")))
     if args.dest:
         dest = args.dest
     elif scope == "system":
@@ -85,6 +98,9 @@ def run(args) -> int:
     # The control daemon runs from boot: it is what brings the agents back.
     _run(ctl + ["enable", "clowder-control.service"])
     print(f"enabled and started clowder-ptyhost.socket and clowder-control.socket ({scope})")
+    if args.web:
+        _run(ctl + ["enable", "--now", "clowder-web.socket"])
+        print(f"enabled and started clowder-web.socket: `clowderctl web` prints a login URL")
     if scope == "user" and not args.no_linger:
         enable_linger()
     return 0

@@ -1,0 +1,385 @@
+"""The web view (issue 16, "A live web view"; acceptance 3): clowder-web under real
+systemd, a real headless chromium (tests/browser.py) on its page.
+
+alice and bob are members of group clowder; each gets login URLs from `clowderctl web`
+as themselves.  Bounds: the page shows a session within PAGE_BOUND of opening its URL,
+live output within LIVE_BOUND of the program writing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+
+import aiohttp
+import pytest
+
+from conftest import PYTHON, ensure_user, wait_for
+from hostile import MiB, Flooder, Memory
+from test_control import agent_yaml, control  # noqa: F401 - the fixture
+
+PORT = 7380
+BASE = f"http://127.0.0.1:{PORT}"
+PAGE_BOUND = 10.0
+LIVE_BOUND = 5.0
+# A program that shows each read of its input (raw mode), so a byte typed anywhere is seen.
+SHOW_INPUT = ("import os, tty\n"
+              "tty.setraw(0)\n"
+              "os.write(1, b'ready to read\\r\\n')\n"
+              "while True:\n"
+              "    data = os.read(0, 256)\n"
+              "    if not data: break\n"
+              "    os.write(1, b'got ' + repr(data).encode() + b'\\r\\n')\n")
+
+pytestmark = pytest.mark.parametrize("host", ["system"], indirect=True)
+
+
+@pytest.fixture
+def web(host):
+    ensure_user("alice", 2001, "clowder")
+    ensure_user("bob", 2002, "clowder")
+    host.run([PYTHON, "-m", "ctl", "install-units", "--system", "--web",
+              "--exec-start", f"{PYTHON} -m ptyhostd"])
+    yield host
+    host.systemctl("stop", "clowder-web.service", "clowder-web.socket", check=False)
+    _remove_web_drop_in(host)
+
+
+@pytest.fixture
+def browser():
+    from browser import Browser
+    b = Browser()
+    yield b
+    b.close()
+
+
+def url_for(host, user: str) -> str:
+    return json.loads(host.ctl("web", "--json", user=user).stdout)["url"]
+
+
+def get(path: str, cookie: str | None = None, headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
+    hdrs = dict(headers or {})
+    if cookie:
+        hdrs["Cookie"] = f"clowder_web={cookie}"
+    conn.request("GET", path, headers=hdrs)
+    r = conn.getresponse()
+    body = r.read()
+    conn.close()
+    return r, body
+
+
+def login(url: str) -> str:
+    """The cookie a login URL is exchanged for (the redirect not followed)."""
+    u = urllib.parse.urlsplit(url)
+    r, _ = get(f"{u.path}?{u.query}")
+    assert r.status == 303, f"login answered {r.status}"
+    cookie = r.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie, cookie
+    return cookie.split(";", 1)[0].split("=", 1)[1]
+
+
+def ws_status(sid: str, cookie: str, origin: str | None) -> int:
+    """The HTTP status a WebSocket to ``sid`` is answered with (101: opened)."""
+    async def go():
+        headers = {"Cookie": f"clowder_web={cookie}"}
+        async with aiohttp.ClientSession() as s:
+            try:
+                async with s.ws_connect(f"{BASE}/ws/{sid}", headers=headers, origin=origin):
+                    return 101
+            except aiohttp.WSServerHandshakeError as exc:
+                return exc.status
+    return asyncio.run(go())
+
+
+def spawn_show_input(host, user="alice") -> str:
+    sid = host.spawn("python3", "-c", SHOW_INPUT, user=user)
+    wait_for(lambda: "ready to read" in snapshot(host, sid, user), 10,
+             "the session to start reading")
+    return sid
+
+
+def snapshot(host, sid: str, user="alice") -> str:
+    return host.ctl("snapshot", sid, user=user).stdout.decode()
+
+
+def lines(text: str) -> list[str]:
+    out = [line.rstrip() for line in text.split("\n")]
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+SCREEN_JS = """(() => { const t = clowder.term; if (!t) return null;
+  const b = t.buffer.active, out = [];
+  for (let i = 0; i < t.rows; i++) {
+    const l = b.getLine(b.viewportY + i); out.push(l ? l.translateToString(true) : ""); }
+  return out.join("\\n"); })()"""
+
+
+def open_page(browser, host, user: str, sid: str | None = None) -> None:
+    browser.navigate(url_for(host, user))
+    wait_for(lambda: (browser.eval("window.clowder ? clowder.polls : 0") or 0) > 0,
+             PAGE_BOUND, "the page to list sessions once")
+    if sid is not None:
+        browser.eval(f"location.hash = {json.dumps(sid)}")
+        wait_for(lambda: (browser.eval("clowder.attaches") or 0) > 0, PAGE_BOUND,
+                 f"the page to attach to {sid}")
+
+
+def screen(browser) -> str:
+    return browser.eval(SCREEN_JS) or ""
+
+
+def _remove_web_drop_in(host) -> None:
+    path = "/run/systemd/system/clowder-web.service.d/test.conf"
+    if os.path.exists(path):
+        os.unlink(path)
+        host.systemctl("daemon-reload")
+
+
+# --- access -------------------------------------------------------------------------------
+
+def test_no_token_is_401_and_a_token_is_good_once(web):
+    r, body = get("/")
+    assert r.status == 401 and b"clowderctl web" in body
+    assert get("/api/sessions")[0].status == 401
+    assert get("/static/page.js")[0].status == 401
+    assert get("/login?token=" + "0" * 64)[0].status == 401
+    url = url_for(web, "alice")
+    cookie = login(url)
+    u = urllib.parse.urlsplit(url)
+    assert get(f"{u.path}?{u.query}")[0].status == 401, "a token was accepted twice"
+    r, body = get("/api/sessions", cookie)
+    assert r.status == 200 and json.loads(body)["uid"] == 2001
+    assert get("/api/sessions", "f" * 64)[0].status == 401
+
+
+def test_another_users_token_shows_none_of_alices_sessions(web, browser):
+    sid = spawn_show_input(web, "alice")
+    bob = login(url_for(web, "bob"))
+    listed = json.loads(get("/api/sessions", bob)[1])["sessions"]
+    assert sid not in [s["id"] for s in listed]
+    assert ws_status(sid, bob, BASE) == 404, "bob attached to alice's session"
+    open_page(browser, web, "bob")
+    ids = browser.eval("clowder.sessions.map(s => s.id)")
+    assert sid not in ids, ids
+    web.ctl("kill", sid, user="alice")
+
+
+def test_a_forged_origin_is_refused(web):
+    sid = spawn_show_input(web, "alice")
+    cookie = login(url_for(web, "alice"))
+    assert ws_status(sid, cookie, "http://evil.example") == 403
+    assert ws_status(sid, cookie, None) == 403
+    assert ws_status(sid, cookie, f"http://127.0.0.1:{PORT + 1}") == 403
+    assert ws_status(sid, cookie, BASE) == 101  # the page's own origin: the control
+    web.ctl("kill", sid, user="alice")
+
+
+def get_as(host, user: str, path: str, cookie: str | None = None) -> int:
+    """The status of GET ``path`` made by a process of ``user`` (the kernel's uid)."""
+    script = ("import http.client, sys\n"
+              f"c = http.client.HTTPConnection('127.0.0.1', {PORT}, timeout=10)\n"
+              "c.request('GET', sys.argv[1], headers={'Cookie': sys.argv[2]} if sys.argv[2] else {})\n"
+              "print(c.getresponse().status)\n")
+    out = host.run([PYTHON, "-c", script, path, f"clowder_web={cookie}" if cookie else ""],
+                   user=user).stdout
+    return int(out)
+
+
+def test_a_login_is_honoured_only_from_its_own_uid(web):
+    """Browsers send a host's cookies to every port: a member's server on 127.0.0.1 can
+    be handed alice's cookie.  Presented from bob's uid it is refused; from alice's
+    (and root's: the tests' own client) it works; a token of alice's opened by bob is
+    used up and logs nobody in."""
+    cookie = login(url_for(web, "alice"))
+    assert get_as(web, "alice", "/api/sessions", cookie) == 200
+    assert get_as(web, "bob", "/api/sessions", cookie) == 401
+    assert get_as(web, "bob", "/", cookie) == 401
+    u = urllib.parse.urlsplit(url_for(web, "alice"))
+    assert get_as(web, "bob", f"{u.path}?{u.query}") == 401
+    assert get(f"{u.path}?{u.query}")[0].status == 401  # used up
+    assert get("/api/sessions", cookie)[0].status == 200
+
+
+# --- the page -----------------------------------------------------------------------------
+
+def test_the_page_lists_sessions_and_shows_the_snapshot_then_live_output(web, browser):
+    sid = spawn_show_input(web, "alice")
+    open_page(browser, web, "alice")
+    ids = browser.eval("clowder.sessions.map(s => s.id)")
+    assert sid in ids, ids
+    browser.eval(f"location.hash = {json.dumps(sid)}")
+    want = lines(snapshot(web, sid))
+    wait_for(lambda: lines(screen(browser)) == want, PAGE_BOUND,
+             f"the page's terminal to show the snapshot {want}")
+    assert browser.eval("clowder.input") is False  # read-only by default
+    web.ctl("send", sid, "live one", user="alice")
+    wait_for(lambda: "got b'live one'" in screen(browser), LIVE_BOUND,
+             "the live output in the page's terminal")
+    web.ctl("kill", sid, user="alice")
+
+
+DEMO = r"""printf '\033[1;32m$\033[0m make test\n'
+printf 'tests/test_web.py \033[32m........\033[0m  [100%%]\n'
+printf '\033[32m======== 8 passed in 51.65s ========\033[0m\n'
+printf '\033[1;32m$\033[0m git status --short\n \033[31mM\033[0m webd/app.py\n'
+printf '\033[1;32m$\033[0m '; sleep 600"""
+
+
+def _screenshot(web, browser) -> None:
+    """Print the page with a second, coloured session open, as base64 (the instance's
+    files vanish with it): `make test ... | grep WEB_PNG_BASE64` makes docs/web.png."""
+    web.ctl("spawn", "--name", "build", "--", "sh", "-c", DEMO, user="alice")
+    wait_for(lambda: "git status" in snapshot(web, "build"), 10, "the demo to print")
+    build = next(s["id"] for s in web.ps(user="alice").values() if s["name"] == "build")
+    wait_for(lambda: build in (browser.eval("clowder.sessions.map(s => s.id)") or []),
+             PAGE_BOUND, "the page to list the demo session")
+    browser.eval(f"location.hash = {json.dumps(build)}")
+    wait_for(lambda: "git status" in screen(browser), PAGE_BOUND, "the demo in the page")
+    print("WEB_PNG_BASE64:" + base64.b64encode(browser.screenshot()).decode())
+    web.ctl("kill", build, user="alice")
+
+
+def test_read_only_sends_nothing(web, browser):
+    sid = spawn_show_input(web, "alice")
+    open_page(browser, web, "alice", sid)
+    browser.eval("document.querySelector('#terminal textarea').focus()")
+    browser.type("typed")
+    browser.enter()
+    # Past the page: a message written straight onto its WebSocket.
+    browser.eval("clowder.ws.send(JSON.stringify({input: 'forced'}))")
+    wait_for(lambda: (browser.eval("clowder.refused") or 0) >= 1, LIVE_BOUND,
+             "the server to refuse the forced input")
+    # Whatever reached the session would be shown before this mark.
+    web.ctl("send", sid, "mark", user="alice")
+    wait_for(lambda: "got b'mark'" in snapshot(web, sid), LIVE_BOUND, "the mark")
+    shown = snapshot(web, sid)
+    assert "typed" not in shown and "forced" not in shown and shown.count("got ") == 1, shown
+    web.ctl("kill", sid, user="alice")
+
+
+def test_typing_when_the_unit_allows_that_user(web, browser):
+    """The counterpart of read-only: the same forced message does arrive."""
+    path = "/run/systemd/system/clowder-web.service.d/test.conf"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(f"[Service]\nExecStart=\nExecStart={PYTHON} -m webd --system "
+                f"--input-for alice\n")
+    web.systemctl("daemon-reload")
+    web.systemctl("restart", "clowder-web.service")
+    sid = spawn_show_input(web, "alice")
+    open_page(browser, web, "alice", sid)
+    wait_for(lambda: browser.eval("clowder.input") is True, PAGE_BOUND, "input enabled")
+    browser.eval("clowder.ws.send(JSON.stringify({input: 'forced'}))")
+    wait_for(lambda: "got b'forced'" in snapshot(web, sid), LIVE_BOUND, "the typed input")
+    bob = login(url_for(web, "bob"))
+    assert ws_status(sid, bob, BASE) == 404  # allowed to type is not allowed to see
+    web.ctl("kill", sid, user="alice")
+
+
+def test_a_host_restart_while_the_page_is_open_recovers(web, browser):
+    sid = spawn_show_input(web, "alice")
+    open_page(browser, web, "alice", sid)
+    web.restart()
+    wait_for(lambda: (browser.eval("clowder.attaches") or 0) >= 2, PAGE_BOUND,
+             "the page to attach again after the host restarted")
+    web.ctl("send", sid, "after restart", user="alice")
+    wait_for(lambda: "got b'after restart'" in screen(browser), LIVE_BOUND,
+             "live output after the restart")
+    web.ctl("kill", sid, user="alice")
+
+
+AGENTS_JS = "(clowder.agents || []).map(a => a.name + ' ' + a.activity).join(',')"
+
+
+def test_the_page_shows_the_users_agents_busy_and_idle(web, control, browser):
+    """alice's agent (``user: alice``) is listed for her with clowder-control's
+    busy/idle, live; root's agent is not; bob sees no agent."""
+    alice = ensure_user("alice", 2001, "clowder")
+    workdir = "/home/alice/agent-work"
+    os.makedirs(workdir, exist_ok=True)
+    os.chown(workdir, alice, alice)
+    control.write_config("agents:\n" + agent_yaml("hers", "cat", workdir).replace(
+        "    shells:", "    user: alice\n    shells:") + agent_yaml(
+        "roots", "sleep 100000", control.workdir))
+    hers = control.wait_running(["hers", "roots"])["hers"]
+    open_page(browser, web, "alice")
+    wait_for(lambda: browser.eval(AGENTS_JS) == "hers idle", PAGE_BOUND,
+             "the page to list alice's agent, idle")
+    web.ctl("send", hers["session"], "ping\r", user="alice")  # echoed: output, so busy
+    wait_for(lambda: browser.eval(AGENTS_JS) == "hers busy", LIVE_BOUND,
+             "the page to show the agent busy")
+    wait_for(lambda: browser.eval(AGENTS_JS) == "hers idle", PAGE_BOUND,
+             "the page to show the agent idle again")
+    if os.environ.get("CLOWDER_WEB_SCREENSHOT"):  # docs/web.png: CLOWDER_WEB_SCREENSHOT=1
+        _screenshot(web, browser)
+    browser.clear_cookies()
+    open_page(browser, web, "bob")
+    assert browser.eval("clowder.agents") == []
+
+
+# --- hostile ------------------------------------------------------------------------------
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_minting_in_a_loop_stays_bounded(web):
+    """bob asks for 2,000 tokens and never reads one: clowder-web keeps at most 8 of
+    his, its memory grows by less than 16 MiB, and alice still logs in."""
+    url_for(web, "alice")  # started
+    pid = int(web.show("clowder-web.service", "MainPID")["MainPID"])
+    before = _rss_kib(pid)
+    script = ("import socket\nsocks = []\n"
+              "for i in range(2000):\n"
+              "    s = socket.socket(socket.AF_UNIX); s.connect('/run/clowder/web-token.sock')\n"
+              "    socks.append(s)\n"
+              "    if len(socks) > 200: socks.pop(0).close()\n")
+    web.run([PYTHON, "-c", script], user="bob")
+    assert _rss_kib(pid) - before < 16 * 1024, (before, _rss_kib(pid))
+    cookie = login(url_for(web, "alice"))
+    assert get("/api/sessions", cookie)[0].status == 200
+
+
+class _HttpFlooder(Flooder):
+    """hostile.Flooder over TCP, with no Hello: an HTTP client that never reads."""
+
+    def __init__(self, frames: bytes):
+        self.sock = socket.create_connection(("127.0.0.1", PORT))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.setblocking(False)
+        self.frames, self.sent, self.closed_by_peer = frames, 0, False
+
+
+def test_a_page_that_never_reads_a_flood_stays_bounded(web):
+    """A terminal WebSocket on a session printing as fast as it can, from a client that
+    never reads, while another client pipelines list requests and never reads: clowder-web
+    stops reading the second (it takes less than 16 MiB of requests), its peak memory
+    grows by less than 32 MiB, and alice is still served."""
+    sid = web.spawn("sh", "-c", "yes 'flood flood flood flood flood flood flood'",
+                    user="alice")
+    cookie = login(url_for(web, "alice"))
+    memory = Memory(int(web.show("clowder-web.service", "MainPID")["MainPID"]))
+    key = base64.b64encode(os.urandom(16)).decode()
+    with _HttpFlooder((f"GET /ws/{sid} HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\n"
+                       f"Origin: {BASE}\r\nCookie: clowder_web={cookie}\r\n"
+                       f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                       f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                       ).encode()) as ws, \
+            _HttpFlooder(f"GET /api/sessions HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\n"
+                         f"Cookie: clowder_web={cookie}\r\n\r\n".encode()) as lists:
+        ws.run(limit=len(ws.frames))  # the upgrade, once; then never a read
+        taken = lists.run(limit=16 * MiB, stall=3.0, seconds=30.0)
+        grew = memory.stop()
+        assert taken < 16 * MiB, f"clowder-web read {taken} bytes of requests unanswered"
+        assert grew < 32 * MiB, f"clowder-web's peak memory grew by {grew >> 20} MiB"
+        assert get("/api/sessions", cookie)[0].status == 200  # others still served
+    web.ctl("kill", sid, user="alice")
