@@ -17,12 +17,22 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from typing import Iterator, NamedTuple, Optional
 
 import pyghostty
 from pyghostty import ffi, lib
 
 from .screen_render import ATTRS_DEFAULT, NAMES, Cell
+
+# Every YIELD_ROWS rows read, the reading thread (the screen pool's) sleeps briefly so
+# the event loop gets the GIL.  The switch interval does not do it here: the cffi calls
+# of each row release and retake the GIL, and CPython forces a switch only when a
+# waiting thread saw no release for a whole interval, so the loop waited for the end of
+# a 500x500 JSON snapshot: a 1 ms ticker thread beside one was 170-290 ms late, 4.6 ms
+# with these sleeps (in one process; the JSON took 290 ms, 300 ms with them).
+YIELD_ROWS = 8
+YIELD_SECONDS = 0.0002
 
 _URI_CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")
 _WIDE, _TAIL, _HEAD = (lib.GHOSTTY_CELL_WIDE_WIDE, lib.GHOSTTY_CELL_WIDE_SPACER_TAIL,
@@ -182,6 +192,8 @@ class Cells:
         while y < self._rows and lib.ghostty_render_state_row_iterator_next(self._iter[0]):
             yield self._row(y)
             y += 1
+            if y % YIELD_ROWS == 0:
+                time.sleep(YIELD_SECONDS)
         while y < self._rows:  # never seen: a render state has every row of the area
             yield []
             y += 1
