@@ -123,8 +123,8 @@ async def sessions(request: web.Request) -> web.Response:
 
 
 # What the page shows of an agent (clowder-control's status has more: cwd, problems).
-AGENT_FIELDS = ("name", "state", "activity", "activity_reason", "session", "pid",
-                "last_exit", "uptime", "user")
+AGENT_FIELDS = ("name", "state", "activity", "activity_reason", "attention",
+                "attention_cause", "session", "pid", "last_exit", "uptime", "user")
 
 
 def origin_ok(request: web.Request, extra: frozenset[str]) -> bool:

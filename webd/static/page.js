@@ -56,6 +56,9 @@ function renderAgents() {
     [a.name], [a.state, "state-" + a.state],
     [a.activity + (a.activity_reason ? " (" + a.activity_reason + ")" : ""),
      "activity-" + a.activity],
+    [a.attention && a.attention !== "none"
+       ? a.attention + (a.attention_cause ? " (" + a.attention_cause + ")" : "") : "",
+     "attention-" + a.attention],
     [a.session], [exitText(a.last_exit)]], a.session));
   table.querySelector("tbody").replaceChildren(...rows);
 }
