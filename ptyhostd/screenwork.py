@@ -37,6 +37,9 @@ WORK_BUDGET = 4_000_000
 # "Snapshots beside other sessions' echo").  Only threads that wait pay for switches.
 SWITCH_INTERVAL = 0.001
 SLICE = 2048  # bytes fed between budget checks: ~0.3 s at the worst rate measured
+MAX_SLICE = 32 * 1024  # ... and at most this much while slices cost little (a bomb that
+# follows text overshoots the budget by one slice: DECALN over 500x500, ~3.5 s of C)
+SLICE_WORK = WORK_BUDGET // 100  # a slice's work that counts as "little": ~10 ms
 
 Step = Union[bytes, tuple]  # output to feed, or (cols, rows) to resize to
 
@@ -49,10 +52,22 @@ def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
         if isinstance(step, tuple):
             screen.resize(*step)
             continue
-        for i in range(0, len(step), SLICE):
-            screen.feed(step[i:i + SLICE])
+        i, size = 0, SLICE
+        while i < len(step):
+            before = screen.work
+            screen.feed(step[i:i + size])
+            i += size
             if screen.work - start > budget:
                 return False
+            # Cheap output is fed in bigger slices, costly output in SLICE: each feed is
+            # a cffi call that gives the GIL up and takes it back, and a thread doing that
+            # thousands of times a second starves the loop of the GIL (CPython switches
+            # only after an interval with no release), which paced a flood to 25 MB/s.
+            cost = screen.work - before
+            if cost < SLICE_WORK // 4:
+                size = min(size * 2, MAX_SLICE)
+            elif cost > SLICE_WORK:
+                size = SLICE
     # Not compacted here: compression waits for quiet output (session.COMPACT_AFTER).
     return True
 

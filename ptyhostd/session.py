@@ -63,9 +63,11 @@ FOLLOW_CHUNK = 64 * 1024
 # came before, and only the flooding session waits: the others' models and bytes go on.
 # The bound in bytes follows the model's own rate (its thread's CPU time per byte, so a
 # loaded machine does not shrink it): ghostty on text here, 49 MB/s at 80x24 (~100 KiB)
-# and 170 MB/s at 200x50 (the cap: a pty delivers 50-90 MB/s, so it is seldom reached).
+# and 170 MB/s at 200x50 (the cap: a pty delivers 50-110 MB/s, so it is seldom reached).
 MODEL_LAG_SECONDS = 0.002
-MODEL_LAG_MIN, MODEL_LAG_MAX = 64 * 1024, 256 * 1024  # at most SCREEN_CATCH_UP
+# The most: SCREEN_CATCH_UP less a read of the pty (up to 64 KiB), so the lag never
+# reaches the point where a model is rebuilt from the newest bytes (screen_call).
+MODEL_LAG_MIN, MODEL_LAG_MAX = 64 * 1024, 160 * 1024
 # The model's scrollback is compressed (ghostty: compact(), ~3.5-7 ms for 10,000 lines)
 # once output has been quiet this long, not after every turn: compressing after each
 # 256 KiB turn cut ghostty's rate from 52-118 MB/s to 31 (bench/engines.py,
