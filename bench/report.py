@@ -347,16 +347,17 @@ def _repaint(res: dict) -> str:
     m = res.get("model")
     flood = peers.get("clowder", {}).get("after flood", {})
     if m:
-        out += (f"\nThe bound after a flood of any size: clowder's model is fed lazily, so an "
-                f"attach right after a flood first parses at most the newest "
-                f"{m['catch_up_bytes'] // 1024} KiB of output ({m['feed_catch_up_ms']:.0f} ms "
-                f"in this process), then renders ({m['repaint_80x24_ms']:.1f} ms for 80x24, "
-                f"{m['repaint_200x50_ms']:.1f} ms for 200x50): the repaint after "
-                f"{mb:g} MB took {_f(flood.get('median_ms'), '{:.0f}')} ms (max "
-                f"{_f(flood.get('max_ms'), '{:.0f}')} ms), and would not grow with a larger "
-                "flood.  tmux and screen parse every byte as it comes (which is what limits "
-                "their throughput, table 1), so their repaint after a flood costs what it "
-                "costs idle.\n")
+        out += (f"\nAfter a flood of any size: with ghostty, clowder's model is fed every "
+                f"byte as it comes (the pty is not read while the model is more than ~2 ms of "
+                f"its parsing behind, ptyhostd/session.py MODEL_LAG_SECONDS), so an attach "
+                f"right after a flood parses at most that much first, then renders "
+                f"({m['repaint_80x24_ms']:.1f} ms for 80x24, {m['repaint_200x50_ms']:.1f} ms "
+                f"for 200x50, in this process): the repaint after {mb:g} MB took "
+                f"{_f(flood.get('median_ms'), '{:.1f}')} ms (max "
+                f"{_f(flood.get('max_ms'), '{:.1f}')} ms).  With pyte (no ghostty) the model "
+                f"is fed lazily and rebuilt from the newest {m['catch_up_bytes'] // 1024} KiB "
+                f"({m['feed_catch_up_ms']:.0f} ms of pyte here).  tmux and screen parse every "
+                "byte too (which, like clowder's model, paces their throughput, table 1).\n")
     return out
 
 
