@@ -367,7 +367,7 @@ def test_subscribers_that_never_read_are_bounded(host, control):
 def test_events_follow_merges_the_agents_attention_with_the_sessions_events(host, control):
     """`clowderctl events --follow` shows clowder-control's agent events beside the
     host's: the bell an agent rings is a session-bell (host) and an agent-attention
-    (control, notified) in one stream."""
+    (control, notified) in one stream, which follows clowder-control across its restart."""
     from test_events import Stream
     bell = "sh -c 'sleep 3; printf \"ding\\007\"; exec sleep 100000'"
     control.write_config("agents:\n" + agent_yaml("ringer", bell, control.workdir))
@@ -380,5 +380,14 @@ def test_events_follow_merges_the_agents_attention_with_the_sessions_events(host
         assert got[0]["attention"] == "notified" and got[0]["cause"] == "bell", got
         stream.wait(lambda e: e.get("session") == sid and e["kind"] == "session-bell",
                     "the session's bell")
+        # clowder-control restarts: the stream follows it again, and a new agent's
+        # attention comes through as before.
+        late = "sh -c 'sleep 3; printf \"late\\007\"; exec sleep 100000'"
+        control.write_config("agents:\n" + agent_yaml("ringer", bell, control.workdir)
+                             + agent_yaml("later", late, control.workdir))
+        control.restart()
+        control.wait_running(["ringer", "later"])
+        stream.wait(lambda e: e.get("agent") == "later" and e["kind"] == "agent-attention",
+                    "the attention of an agent started after clowder-control's restart", 30)
     finally:
         stream.close()

@@ -111,14 +111,21 @@ def agent_events(args) -> Iterator[dict]:
     if not args.follow or args.session is not None or getattr(args, "host", None):
         return
     from ..agentevents import follow
-    try:
-        for event in follow(args):
-            if event["kind"] == "state":  # each agent as it is now: not an event
-                continue
-            yield {**event.pop("fields", {}), **event,
-                   "kind": _AGENT_KINDS.get(event["kind"], event["kind"])}
-    except (NotConnected, ClientError):
-        return  # no clowder-control (or it went away): the host's events go on
+    connected, pause = False, 0.05
+    while True:
+        try:
+            for event in follow(args):
+                connected, pause = True, 0.05
+                if event["kind"] == "state":  # each agent as it is now: not an event
+                    continue
+                yield {**event.pop("fields", {}), **event,
+                       "kind": _AGENT_KINDS.get(event["kind"], event["kind"])}
+        except (NotConnected, ClientError):
+            if not connected:
+                return  # no clowder-control: the host's events alone
+        # clowder-control restarted (its connections end): follow it again.
+        time.sleep(pause)
+        pause = min(RETRY_MAX, pause * 2)
 
 
 # Every source of events, in the order their events are shown when they tie.
