@@ -302,7 +302,8 @@ ATTENTION_JS = "(clowder.agents || []).map(a => a.name + ' ' + a.attention).join
 
 def test_the_page_shows_the_users_agents_busy_and_idle(web, control, browser):
     """alice's agent (``user: alice``) is listed for her with clowder-control's
-    busy/idle and attention, live; root's agent is not; bob sees no agent."""
+    busy/idle and attention, live (a browser notification when it comes to need
+    attention); root's agent is not; bob sees no agent."""
     alice = ensure_user("alice", 2001, "clowder")
     workdir = "/home/alice/agent-work"
     os.makedirs(workdir, exist_ok=True)
@@ -319,9 +320,16 @@ def test_the_page_shows_the_users_agents_busy_and_idle(web, control, browser):
              "the page to show the agent busy")
     wait_for(lambda: browser.eval(AGENTS_JS) == "hers idle", PAGE_BOUND,
              "the page to show the agent idle again")
+    # The browser's notifications, as the page sees them once the user allowed them (a
+    # stand-in: headless chromium shows none).
+    browser.eval("window.shown = []; window.Notification = function (title, o) {"
+                 " window.shown.push(title + ' ' + o.body); };"
+                 " window.Notification.permission = 'granted'; true")
     web.ctl("send", hers["session"], "\x07\r", user="alice")  # cat rings the bell back
     wait_for(lambda: browser.eval(ATTENTION_JS) == "hers notified", PAGE_BOUND,
              "the page to show that the agent wants attention (its bell)")
+    assert browser.eval("window.shown") == ["clowder: hers notified: bell"], \
+        browser.eval("window.shown")
     if os.environ.get("CLOWDER_WEB_SCREENSHOT"):  # docs/web.png: CLOWDER_WEB_SCREENSHOT=1
         _screenshot(web, browser)
     browser.clear_cookies()

@@ -16,6 +16,7 @@ async function poll() {
     const body = await r.json();
     if (!r.ok) throw new Error(body.error || r.status);
     state.sessions = body.sessions;
+    notifyAttention(state.agents, body.agents);
     state.agents = body.agents;  // null: clowder-control did not answer
     state.polls += 1;
     render();
@@ -27,6 +28,31 @@ async function poll() {
 }
 
 function status(s) { document.getElementById("status").textContent = s; }
+
+// A browser notification when an agent comes to need attention (asking, notified,
+// exited, failed) while the page is open, if the user allowed them ("notify me").
+state.notified = [];  // what was shown, for tests/test_web.py
+function notifyAttention(before, after) {
+  if (!before || !after || !("Notification" in window)) return;
+  const was = new Map(before.map(a => [a.name, a.attention]));
+  for (const a of after) {
+    if (!a.attention || a.attention === "none" || was.get(a.name) === a.attention) continue;
+    if (!was.has(a.name)) continue;  // first seen: its state is not news
+    const body = a.attention + (a.attention_cause ? ": " + a.attention_cause : "");
+    state.notified.push(a.name + " " + body);
+    if (Notification.permission === "granted") {
+      new Notification("clowder: " + a.name, {body: body, tag: "clowder-" + a.name});
+    }
+  }
+}
+
+function askToNotify() {
+  const button = document.getElementById("notify");
+  if (!("Notification" in window)) { button.hidden = true; return; }
+  const show = () => { button.hidden = Notification.permission !== "default"; };
+  button.addEventListener("click", () => Notification.requestPermission().then(show));
+  show();
+}
 
 function row(cells, id) {
   const tr = document.createElement("tr");
@@ -153,4 +179,5 @@ function connect(id) {
 }
 
 window.addEventListener("hashchange", openFromHash);
+askToNotify();
 poll().then(openFromHash);
