@@ -267,6 +267,7 @@ def test_forward_throughput_and_order(daemon):
 
 _VALUES = {int: st.integers(-(1 << 40), 1 << 40), str: st.text(max_size=12),
            bool: st.booleans(), bytes: st.binary(max_size=32),
+           float: st.floats(allow_nan=False, allow_infinity=False) | st.integers(0, 1 << 40),
            list: st.lists(st.text(max_size=5) | st.integers(), max_size=3),
            dict: st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3)}
 
