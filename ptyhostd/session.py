@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 import clowder_wire as protocol
 from clowder_common import events
 
-from . import engine
+from . import engine, screenmemory
 from .fd import Fd
 from .inputqueue import InputQueue
 from .ring import Ring
@@ -75,6 +75,15 @@ MODEL_LAG_MIN, MODEL_LAG_MAX = 64 * 1024, 160 * 1024
 # right after it waited for a rebuild.  Memory is bounded by the scrollback's byte limit
 # either way (screenmemory.py); compression only gives back what is under it.
 COMPACT_AFTER = 0.5
+# A read this small, of plain text only (no ESC or other control but CR, LF, BS, TAB),
+# with the model's parser in its ground state and nobody else using the model, is fed
+# on the loop at once (``_feed_inline``): a keystroke's echo then costs no hop to the
+# screen pool, whose thread hand-offs cost ~0.1 ms an echo (0.21 -> 0.12 ms p50,
+# docs/design.md "Echo without a hop").  Its cost is linear in its bytes (no sequence
+# can make a few bytes touch the whole screen): a few microseconds on the loop.
+INLINE_FEED = 256
+# The bytes that may be fed inline: printable ASCII, UTF-8's bytes, CR, LF, BS and TAB.
+_PLAIN = bytes(range(0x20, 0x7f)) + bytes(range(0x80, 0x100)) + b"\r\n\b\t"
 # A terminal client this far behind is repainted rather than sent what it missed.
 RESYNC_AFTER = 1 << 20
 # A client whose terminal is not the session's size is sent frames (screen_view.py),
@@ -253,6 +262,7 @@ class Session:
         self.screen_budget_hits = 0
         self._following: Optional[asyncio.Task] = None  # the model being fed as output comes
         self._compact_timer: Optional[asyncio.TimerHandle] = None  # see COMPACT_AFTER
+        self._ground = False  # the model's parser is known to be in its ground state
         self._model_paused = False  # the pty is not read until the model catches up
         self._model_lag = MODEL_LAG_MIN  # bytes: MODEL_LAG_SECONDS of the model's rate
         self.last_output = 0.0
@@ -346,6 +356,7 @@ class Session:
             got = ring.fill_from(self.master.fd)
         except BlockingIOError:
             return 0
+        data = None
         if got and (self.attachments or self.events is not None):
             data = ring.read(start, start + got)
             for att in self.attachments:
@@ -353,6 +364,8 @@ class Session:
             if self.events is not None:
                 self.events.output(data)  # busy/idle, bells, notifications
         if got and self._loop is not None and engine.follows_output():
+            if got <= INLINE_FEED and self._feed_inline(start, data):
+                return got
             if self._following is None:
                 if self._compact_timer is not None:
                     self._compact_timer.cancel()
@@ -362,6 +375,34 @@ class Session:
                 self._loop.remove_reader(self.master.fd)
                 self._model_paused = True  # on_readable reads no more this turn
         return got
+
+    def _feed_inline(self, start: int, data: Optional[bytes]) -> bool:
+        """Feed the model the read at ``start`` here, on the loop, if it is small plain
+        text that cannot cost more than its length (INLINE_FEED); False: it goes to the
+        screen pool as any other output."""
+        screen = self.screen
+        if screen is None or self._following is not None or self.screen_pos != start \
+                or self._resizes or self._screen_lock.locked() \
+                or getattr(screen, "scrollback_bytes", screenmemory.share) != screenmemory.share:
+            return False  # the pool's path: it also trims to a new scrollback share
+        if data is None:
+            data = self.ring.read(start, self.ring.head)
+        if data.translate(None, _PLAIN):
+            self._ground = False  # a sequence or control: it may leave the parser in one
+            return False
+        if not self._ground:
+            # The parser may be inside a sequence these bytes would complete (ESC [ 9999
+            # then "b"): only in its ground state is plain text as cheap as its length.
+            # Nothing else touches the model now (the lock is free, nothing follows).
+            if screen.pending:
+                return False
+            self._ground = True
+        screen.feed(data)
+        self.screen_pos = start + len(data)
+        if self._compact_timer is not None:
+            self._compact_timer.cancel()
+        self._compact_timer = self._loop.call_later(COMPACT_AFTER, self._compact_soon)
+        return True
 
     def _resume_if_caught_up(self, force: bool = False) -> None:
         """Read the pty again once the model is within half its lag (MODEL_LAG_SECONDS)."""
@@ -409,6 +450,7 @@ class Session:
         from . import engine, screenwork
         cols, rows = self.cols, self.rows
         self.screen = await screenwork.run(engine.new_screen, cols, rows)
+        self._ground = False
         self.screen_pos = self.screen_start = max(self.ring.tail, start)
         self._resizes.clear()  # made at the size the session had
         if (self.cols, self.rows) != (cols, rows):  # resized meanwhile
@@ -420,6 +462,7 @@ class Session:
         ring, pos = self.ring, self.screen_pos
         end = min(ring.head, pos + limit)
         plan: list = []
+        self._ground = False  # whatever the pool feeds may end inside a sequence
         while self._resizes and self._resizes[0][0] <= end:
             at, cols, rows = self._resizes.pop(0)
             if at > pos:

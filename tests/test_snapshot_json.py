@@ -177,3 +177,46 @@ def test_the_repaints_common_prefix_is_os_paths():
         if rng.random() < 0.5:
             a, b = b, a
         assert common_prefix(a, b) == len(os.path.commonprefix([a, b])), (a, b)
+
+
+# One piece of output per keystroke, so each is a read of its own: plain text (fed on
+# the loop at once), sequences cut in two (the pool's; the plain half after the cut must
+# not be fed on the loop while the parser is inside the sequence), a UTF-8 character cut
+# in two.  ptyhostd/session.py, ``_feed_inline``.
+PIECES = ["ab", "\x1b[3", "1m", "red", "\x1b[0", "m", " A\x1b[3", "b", "z\r\n",
+          "\xc3", "\xa9", "x"]
+PIECER = """\
+import os, sys, termios, tty
+tty.setraw(0)
+pieces = [p.encode("latin-1") for p in sys.argv[1:]]
+os.write(1, b"ready\\r\\n")
+for p in pieces:
+    os.read(0, 1)
+    os.write(1, p)
+os.read(0, 1)
+"""
+
+
+def test_small_reads_fed_on_the_loop_and_in_the_pool_make_one_screen(host):
+    """Keystroke by keystroke, each echo a read of its own: the model sees every byte
+    once, in order, whichever way it was fed; the host logs no error meanwhile."""
+    use_engine(host, "ghostty")
+    pid = host.main_pid()
+    sid = host.spawn(PYTHON, "-c", PIECER, *PIECES, size="40x6")
+    wait_for(lambda: b"ready" in host.backlog(sid), 10, "the program to start")
+    shown = b"ready\r\n"
+    for piece in PIECES:
+        host.ctl("send", sid, "k")
+        shown += piece.encode("latin-1")
+        wait_for(lambda: host.backlog(sid).endswith(shown), 10,
+                 f"the program's piece {piece!r} in the backlog")
+    doc = snapshot(host, sid)
+    assert row_text(doc, 1).rstrip() == "abred AAAAz", doc["rows"]
+    assert row_text(doc, 2).rstrip() == "éx", doc["rows"]
+    assert cell_at(doc, 1, 1) == ("b", {}), doc
+    assert cell_at(doc, 2, 1) == ("r", {"fg": 1}), doc
+    assert cell_at(doc, 5, 1)[1] == {}, doc
+    assert doc["cursor"]["x"] == 2 and doc["cursor"]["y"] == 2, doc["cursor"]
+    log = host.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={pid}"]
+                   ).stdout.decode(errors="replace")
+    assert "Traceback" not in log and "Exception in callback" not in log, log[-3000:]
