@@ -223,6 +223,11 @@ class _Session:
                             continue
                         if self._keys(*self.key.feed(data, time.monotonic()), c):
                             return "detached", None
+                        if self.outbuf:
+                            # Sent now, not after one more turn of the loop waiting for
+                            # the socket to be writable (it nearly always is): a
+                            # keystroke's echo is a round trip, and each turn costs one.
+                            self._flush(c)
                 if deadline is not None and time.monotonic() >= deadline and \
                         self._keys(*self.key.expire(time.monotonic()), c):
                     return "detached", None
