@@ -41,9 +41,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("ptyhostd")
 
 UNIT_PREFIX = "clowder-session-"
-# Bounds how long one flooding session holds the loop: 4 reads of up to 64 KiB, then
-# other sessions' keystrokes get their turn (16 made echo under a flood 3x tmux's).
-READS_PER_WAKE = 4
+# Bounds how long one flooding session holds the loop.  A pty master gives at most
+# 4095 bytes a read (n_tty's buffer; strace of a flood here: 6,669 of 6,839 reads were
+# 4095), so a wake reads up to READS_PER_WAKE times, stopping at WAKE_BYTES, and only
+# then forwards what it read: one Output frame, one send and one scan for the lot, not
+# one a read (the per-read Python cost was most of the loop's time in a flood, py-spy).
+# Then other sessions' keystrokes get their turn.
+READS_PER_WAKE = 16
+WAKE_BYTES = 64 * 1024
 # The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
 # the screen pool, screenwork.py): past this, it is rebuilt from the newest bytes instead.
 SCREEN_CATCH_UP = 256 * 1024
@@ -348,14 +353,38 @@ class Session:
         self._model_paused = False
 
     def _pump(self) -> int:
-        """One read from the pty into the ring, forwarded to attached clients; the byte
-        count (0: nothing there now).  Raises OSError (EIO: the slave side is gone)."""
+        """Read from the pty into the ring (up to READS_PER_WAKE reads, WAKE_BYTES),
+        then forward it all to attached clients; the byte count (0: nothing there now).
+        Raises OSError (EIO: the slave side is gone) after forwarding what came before."""
         ring = self.ring
         start = ring.head
+        fd = self.master.fd
+        # Each read adds at most the ring's guard: stopping at ``room`` keeps all of
+        # this wake's bytes among those the ring holds (capacity - guard), however small
+        # the ring.
+        room = min(WAKE_BYTES, ring.capacity - 2 * ring.guard)
         try:
-            got = ring.fill_from(self.master.fd)
+            for _ in range(READS_PER_WAKE):
+                if not ring.fill_from(fd) or ring.head - start >= room:
+                    break
         except BlockingIOError:
-            return 0
+            pass
+        except OSError:
+            # Not kept in a variable: the traceback holds the read's views of the ring's
+            # map, and a cycle through this frame would keep them until a collection
+            # (the ring's close then fails: "exported pointers exist").
+            if ring.head > start:
+                self._forward(start, ring.head - start)
+            raise
+        got = ring.head - start
+        if got:
+            self._forward(start, got)
+        return got
+
+    def _forward(self, start: int, got: int) -> None:
+        """``got`` new bytes at ring offset ``start``: to attached clients, the events'
+        scan and the terminal model (which may pause the pty's reading)."""
+        ring = self.ring
         data = None
         if got and (self.attachments or self.events is not None):
             data = ring.read(start, start + got)
@@ -365,7 +394,7 @@ class Session:
                 self.events.output(data)  # busy/idle, bells, notifications
         if got and self._loop is not None and engine.follows_output():
             if got <= INLINE_FEED and self._feed_inline(start, data):
-                return got
+                return
             if self._following is None:
                 if self._compact_timer is not None:
                     self._compact_timer.cancel()
@@ -373,8 +402,7 @@ class Session:
                 self._following = self._loop.create_task(self._follow())
             if ring.head - self.screen_pos > self._model_lag and not self._model_paused:
                 self._loop.remove_reader(self.master.fd)
-                self._model_paused = True  # on_readable reads no more this turn
-        return got
+                self._model_paused = True  # until the model is within half of it
 
     def _feed_inline(self, start: int, data: Optional[bytes]) -> bool:
         """Feed the model the read at ``start`` here, on the loop, if it is small plain
@@ -415,18 +443,15 @@ class Session:
     def on_readable(self) -> None:
         """Move what the pty has into the ring and out to attached clients."""
         self.last_output = time.monotonic()
-        for _ in range(READS_PER_WAKE):
-            try:
-                if not self._pump() or self._model_paused:
-                    return
-            except OSError as exc:
-                if exc.errno != errno.EIO:
-                    log.error("session %s: reading its pty: %s", self.id, exc,
-                              extra={"CLOWDER_SESSION": self.id})
-                # EIO: no process has the slave open any more; nothing more will come
-                # (and the fd would stay readable forever).  The pidfd reports the end.
-                self.stop_reading()
-                return
+        try:
+            self._pump()
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                log.error("session %s: reading its pty: %s", self.id, exc,
+                          extra={"CLOWDER_SESSION": self.id})
+            # EIO: no process has the slave open any more; nothing more will come
+            # (and the fd would stay readable forever).  The pidfd reports the end.
+            self.stop_reading()
 
     def drain(self, limit: int = 8 << 20) -> None:
         """Read whatever the pty still holds (before the master is closed)."""
