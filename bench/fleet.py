@@ -7,12 +7,15 @@
 Run as root inside a systemd instance (it boots an ssh box there, tools/sshhost.py,
 nested), from a tree installed in VENV.  One box runs clowder's units with N agents; it
 is reached under K names (ssh config aliases, `Host n1 n2 ...` with one HostName), so
-`clowderctl --host n1 ... --host nK status --json` is a fleet of K hosts of N agents each
-as the client sees it: K ssh connections, K relays, K clowder-control answers (the one
+`clowderctl status --json` with `hosts: [n1, ..., nK]` in the client configuration (one
+name is a fleet too, where one --host is not) is a fleet of K hosts of N agents each as
+the client sees it: K ssh connections, K relays, K clowder-control answers (the one
 box's sshd and daemon serve them all, on the same two cores: a pessimistic server).
 
 For each K x N, ROUNDS refreshes, each measured as:
 - latency: the wall time of the command (median; and the slowest);
+- client CPU: user + system time of clowderctl and the ssh processes it ran (median; a
+  ControlMaster's own master, detached, is not in it);
 - connections: the TCP connections opened to port 22 (the box's sshd counts them);
 - bytes: what crossed the veth both ways (ip -s link on the client side), per refresh,
   with ssh's handshakes, and the JSON the command printed;
@@ -28,6 +31,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -82,30 +86,44 @@ def set_agents(box: SshHost, n: int) -> None:
     raise RuntimeError(f"{n} agents did not all run within 120 s")
 
 
-def refresh(env: dict, names: list[str]) -> tuple[float, int, int]:
-    argv = [PYTHON, "-m", "ctl", "--timeout", "30"]
-    for name in names:
-        argv += ["--host", name]
-    start = time.monotonic()
-    r = subprocess.run(argv + ["status", "--json"], env=env, capture_output=True, cwd="/")
-    took = time.monotonic() - start
-    if r.returncode != 0:
+def children_cpu() -> float:
+    """CPU seconds of the reaped children so far (clowderctl, and the ssh it reaped)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def refresh(env: dict, names: list[str]) -> tuple[float, int, int, float]:
+    # The hosts from a client configuration: one name is a fleet too (one --host is not).
+    config = os.path.join(env["FLEET_BENCH_DIR"], f"client-{len(names)}.yaml")
+    with open(config, "w") as f:
+        f.write("hosts:\n" + "".join(f"  - {n}\n" for n in names))
+    cpu, start = children_cpu(), time.monotonic()
+    r = subprocess.run([PYTHON, "-m", "ctl", "--timeout", "30", "status", "--json"],
+                       env={**env, "CLOWDER_CLIENT_CONFIG": config}, capture_output=True,
+                       cwd="/")
+    took, cpu = time.monotonic() - start, children_cpu() - cpu
+    if r.returncode not in (0, 4):
         raise RuntimeError(f"status over {len(names)} names exited {r.returncode}: "
                            f"{r.stderr.decode(errors='replace')[-2000:]}")
-    answered = sum(h["answered"] for h in json.loads(r.stdout)["hosts"])
-    return took, len(r.stdout), answered
+    hosts = json.loads(r.stdout)["hosts"]
+    for h in hosts:
+        if not h["answered"]:
+            log(f"    {h['host']} did not answer: {h['error']}")
+    return took, len(r.stdout), sum(h["answered"] for h in hosts), cpu
 
 
 def measure(box, env, names, rounds) -> dict:
     refresh(env, names)  # warm: page cache, and the masters when ControlMaster is on
-    times, sizes = [], []
+    times, sizes, cpus, missed = [], [], [], 0
     b0, c0 = veth_bytes(box), accepted(box)
     for _ in range(rounds):
-        took, size, answered = refresh(env, names)
-        assert answered == len(names), f"{answered} of {len(names)} answered"
+        took, size, answered, cpu = refresh(env, names)
+        missed += len(names) - answered
         times.append(took)
         sizes.append(size)
-    return {"median": statistics.median(times), "max": max(times),
+        cpus.append(cpu)
+    return {"median": statistics.median(times), "max": max(times), "missed": missed,
+            "cpu": statistics.median(cpus),
             "bytes": (veth_bytes(box) - b0) / rounds, "conns": (accepted(box) - c0) / rounds,
             "json": statistics.median(sizes)}
 
@@ -121,6 +139,10 @@ def main() -> int:
     rows = []
     with SshHost("clowder-fleet-bench", index=3) as box, \
             tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
+        # One sshd stands for K: sshd's default MaxStartups (10:30:100) drops connections
+        # past 10 unauthenticated at once, which K boxes' K sshds would not.
+        box.put("/etc/ssh/sshd_config.d/fleet-bench.conf", b"MaxStartups 200\n")
+        box.exec(["systemctl", "restart", "ssh.service"], check=True)
         r = box.exec([PYTHON, "-m", "ctl", "install-units", "--system", "--exec-start",
                       f"{PYTHON} -m ptyhostd"], capture_output=True)
         if r.returncode != 0:
@@ -133,7 +155,8 @@ def main() -> int:
         ssh[ssh.index("-F") + 1] = config
         master = ssh + ["-o", "ControlMaster=auto", "-o",
                         f"ControlPath={tmp}/cm-%n", "-o", "ControlPersist=300"]
-        base = {**os.environ, "CLOWDER_REMOTE_CTL": f"{PYTHON} -m ctl"}
+        base = {**os.environ, "CLOWDER_REMOTE_CTL": f"{PYTHON} -m ctl",
+                "FLEET_BENCH_DIR": tmp}
         modes = {"fresh ssh": {**base, "CLOWDER_SSH": shlex.join(ssh)},
                  "ControlMaster": {**base, "CLOWDER_SSH": shlex.join(master)}}
         for n in agent_counts:
@@ -152,19 +175,20 @@ def main() -> int:
     print(f"`python3 tools/sysinstance.py run --name fleet-bench -- VENV/bin/python "
           f"bench/fleet.py --hosts {args.hosts} --agents {args.agents} --rounds "
           f"{args.rounds}` (issue 17), {today}: one ssh box (tools/sshhost.py) with N "
-          f"agents, reached under K ssh config aliases, `clowderctl --host n1 ... --host "
-          f"nK status --json`; per refresh, {args.rounds} refreshes after one warm-up. "
+          f"agents, reached under K ssh config aliases, `clowderctl status --json` with "
+          f"`hosts: [n1, ..., nK]` in the client configuration; per refresh, {args.rounds} refreshes after one warm-up. "
           f"\"fresh ssh\": clowderctl as it is (one new ssh per host per refresh); "
           f"\"ControlMaster\": the same with `ControlMaster=auto, ControlPersist` in "
           f"$CLOWDER_SSH. bytes: both directions on the wire (ssh included); JSON: what "
-          f"the command printed.\n")
-    print("| hosts K | agents N | ssh | latency median / max | TCP connections | "
-          "bytes on the wire | JSON printed |")
-    print("|---|---|---|---|---|---|---|")
+          f"the command printed; client CPU: clowderctl's and its ssh's. The box's sshd has `MaxStartups 200` (one sshd stands "
+          f"for K; its default drops connections past 10 starting at once).\n")
+    print("| hosts K | agents N | ssh | latency median / max | client CPU | TCP "
+          "connections | bytes on the wire | JSON printed | hosts not answering |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for k, n, mode, m in rows:
         print(f"| {k} | {n} | {mode} | {m['median'] * 1000:.0f} / {m['max'] * 1000:.0f} ms "
-              f"| {m['conns']:.1f} | {m['bytes'] / 1024:.1f} KiB | "
-              f"{m['json'] / 1024:.1f} KiB |")
+              f"| {m['cpu'] * 1000:.0f} ms | {m['conns']:.1f} | {m['bytes'] / 1024:.1f} KiB | "
+              f"{m['json'] / 1024:.1f} KiB | {m['missed']} of {k * args.rounds} |")
     print("<!-- end of the fleet -->")
     return 0
 
