@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, ROOT, wait_for
+from conftest import PYTHON, ROOT, SUMMARY, wait_for
 from test_remote import CONFIG, REGISTRY, UNITS, WORKDIR, Remote, agent_yaml
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -202,6 +202,8 @@ def test_a_cut_off_box_is_marked_and_the_other_answers_within_the_deadline(fleet
             start = time.monotonic()
             proc = fleet.ctl(verb)
             took = time.monotonic() - start
+            SUMMARY.append(f"test_fleet: {verb} over two boxes, one cut off: {took:.1f} s "
+                           f"(deadline {DEADLINE:g} s)")
             out = _ok(proc, PARTIAL)
             assert took < DEADLINE + SLACK, f"{verb}: {took:.1f} s for a fleet with one " \
                                             f"box cut off (deadline {DEADLINE:g} s)"
