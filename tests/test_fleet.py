@@ -191,34 +191,51 @@ def test_local_and_a_box_in_one_table(fleet, host):
     fleet.a.ctl("rm", there)
 
 
-def test_a_cut_off_box_is_marked_and_the_other_answers_within_the_deadline(fleet):
-    sids = _agents_and_sessions(fleet)
+def _one_cut_off(fleet: Fleet, sids: dict[str, str], how: str) -> None:
+    """ps, status, events with box b cut off (``how``, for messages): a's rows within the
+    deadline, b marked, exit 4."""
     a, b = fleet.a.target, fleet.b.target
-    fleet.b.box.link(False)
+    for verb, row in (("ps", rf"^{re.escape(a)}\s+{sids[a]}\s+plain\s"),
+                      ("status", rf"^{re.escape(a)}\s+web\s+running\s"),
+                      ("events", rf"^{re.escape(a)}\s+.*session-started\s+{sids[a]}")):
+        start = time.monotonic()
+        proc = fleet.ctl(verb)
+        took = time.monotonic() - start
+        SUMMARY.append(f"test_fleet: {verb} over two boxes, one {how}: {took:.1f} s "
+                       f"(deadline {DEADLINE:g} s)")
+        out = _ok(proc, PARTIAL)
+        assert took < DEADLINE + SLACK, f"{verb}: {took:.1f} s for a fleet with one " \
+                                        f"box {how} (deadline {DEADLINE:g} s)"
+        assert re.search(row, out, re.M), out
+        assert re.search(rf"^{re.escape(b)} unreachable: ", out, re.M), out
+        assert not re.search(rf"^{re.escape(b)}\s+(?!unreachable)", out, re.M), out
+    listed = json.loads(_ok(fleet.ctl("ps", "--json"), PARTIAL))
+    assert [(h["host"], h["answered"]) for h in listed["hosts"]] == \
+        [(a, True), (b, False)], listed
+    assert listed["hosts"][1]["error"], listed
+    # Only the cut one: when no host answers the status is 3 (unreachable).
+    assert fleet.ctl("ps", hosts=[b, b]).returncode == 3
+
+
+def test_a_cut_off_box_is_marked_and_the_other_answers_within_the_deadline(fleet):
+    """Two ways a box is cut off: its link down (connecting fails at once: no route),
+    and its sshd frozen (the TCP connection is taken, nothing ever answers: only the
+    deadline ends the wait)."""
+    sids = _agents_and_sessions(fleet)
+    box = fleet.b.box
+    box.link(False)
     try:
-        for verb, row in (("ps", rf"^{re.escape(a)}\s+{sids[a]}\s+plain\s"),
-                          ("status", rf"^{re.escape(a)}\s+web\s+running\s"),
-                          ("events", rf"^{re.escape(a)}\s+.*session-started\s+{sids[a]}")):
-            start = time.monotonic()
-            proc = fleet.ctl(verb)
-            took = time.monotonic() - start
-            SUMMARY.append(f"test_fleet: {verb} over two boxes, one cut off: {took:.1f} s "
-                           f"(deadline {DEADLINE:g} s)")
-            out = _ok(proc, PARTIAL)
-            assert took < DEADLINE + SLACK, f"{verb}: {took:.1f} s for a fleet with one " \
-                                            f"box cut off (deadline {DEADLINE:g} s)"
-            assert re.search(row, out, re.M), out
-            assert re.search(rf"^{re.escape(b)} unreachable: ", out, re.M), out
-            assert not re.search(rf"^{re.escape(b)}\s+(?!unreachable)", out, re.M), out
-        listed = json.loads(_ok(fleet.ctl("ps", "--json"), PARTIAL))
-        assert [(h["host"], h["answered"]) for h in listed["hosts"]] == \
-            [(a, True), (b, False)], listed
-        assert listed["hosts"][1]["error"], listed
-        # Only the cut one: when no host answers the status is 3 (unreachable).
-        assert fleet.ctl("ps", hosts=[b]).returncode != 0
-        assert fleet.ctl("ps", hosts=[b, b]).returncode == 3
+        _one_cut_off(fleet, sids, "cut off (link down)")
     finally:
-        fleet.b.box.link(True)
+        box.link(True)
+    sshd = box.exec(["systemctl", "show", "-p", "MainPID", "--value", "ssh.service"],
+                    capture_output=True, check=True).stdout.decode().strip()
+    assert int(sshd) > 0, "no sshd running in box b"
+    box.exec(["kill", "-STOP", sshd], check=True)
+    try:
+        _one_cut_off(fleet, sids, "frozen (sshd stopped)")
+    finally:
+        box.exec(["kill", "-CONT", sshd], check=True)
     assert json.loads(_ok(fleet.ctl("ps", "--json")))["hosts"][1]["answered"]
     _end(fleet, sids)
 
