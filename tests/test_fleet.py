@@ -162,6 +162,12 @@ def test_ps_status_and_events_over_both_boxes_in_one_table(fleet, tmp_path):
     assert set(sids.items()) <= started, events
     times = [e["time"] for e in events]
     assert times == sorted(times), "one stream, in time order"
+    # A session named: the box that has it answers, the other has nothing to say.
+    one = [json.loads(line) for line in
+           _ok(fleet.ctl("events", "--json", sids[targets[1]])).splitlines()]
+    assert {(e["host"], e["session"]) for e in one if e["kind"] == "session-started"} \
+        == {(targets[1], sids[targets[1]])}, one
+    assert not [e for e in one if e["kind"] == "host-unreachable"], one
 
     # The same fleet named in the client configuration instead of on the command line.
     config = tmp_path / "client.yaml"

@@ -232,8 +232,9 @@ def fleet_follow(args, host: str) -> Iterator[dict]:
             for event in host_events(hargs):
                 down, pause = False, 0.05
                 yield {**event, "host": name}
-        except RequestFailed as exc:  # e.g. no such session there: nothing to follow
-            yield _unreachable(name, str(exc))
+        except RequestFailed as exc:
+            if exc.code != "no-session":  # a SESSION on another host: nothing here
+                yield _unreachable(name, str(exc))
             return
         except ClientError as exc:
             if not down:
@@ -259,7 +260,17 @@ def run_fleet(args) -> int:
         for event in merged([fleet_follow(args, h) for h in args.fleet], True):
             show(event)
         return 0
-    answers = fleet.ask(args.fleet, lambda h: list(host_events(_on(args, h))))
+    def recent(host: str) -> list[dict] | None:
+        try:
+            return list(host_events(_on(args, host)))
+        except RequestFailed as exc:
+            if exc.code == "no-session":  # a SESSION named is on another host
+                return None
+            raise
+    answers = fleet.ask(args.fleet, recent)
+    if args.session and all(a.answered and a.value is None for a in answers):
+        raise RequestFailed(protocol.Error(message=f"no such session on any host: "
+                                           f"{args.session}", code="no-session"))
     events = sorted(({**e, "host": a.host} for a in answers for e in a.value or ()),
                     key=lambda e: e.get("time") or 0)
     for event in events:
