@@ -41,6 +41,7 @@ examples:
   id=$(clowderctl spawn --name build -- make -j8)
   clowderctl wait --json "$id"
   clowderctl --host box status --json
+  clowderctl --host local --host box1 --host box2 ps
 """
 
 
