@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from clowder_common import __version__
+from clowder_wire.host import AGENT_PREFIX
 
 from . import deadline, exits, options
 from .client import ClientError, Unreachable
@@ -19,6 +20,10 @@ from .transport import Remote
 # run there whole, `ssh HOST clowderctl ...`; so does `web`, whose token must be minted
 # by that machine's clowder-web for the ssh user's uid there.
 RUN_THERE = ("logs", "config", "install-units", "web")
+# The commands that take several hosts at once (ctl/fleet.py), and those whose ID may
+# name its host (HOST:ID; `agent:NAME` is a session name, not a host).
+FLEET = ("ps", "status", "events", "wait")
+HOST_PREFIXED = ("attach", "snapshot", "history", "wait")
 
 EPILOG = f"""\
 global options come before the command or anywhere after it: `clowderctl ps
@@ -36,6 +41,7 @@ examples:
   id=$(clowderctl spawn --name build -- make -j8)
   clowderctl wait --json "$id"
   clowderctl --host box status --json
+  clowderctl --host local --host box1 --host box2 ps
 """
 
 
@@ -70,6 +76,35 @@ def through_host(parser: argparse.ArgumentParser, args) -> None:
         parser.error(f"--host: {exc}")
 
 
+def choose_hosts(parser: argparse.ArgumentParser, args) -> None:
+    """Set ``args.host`` (one host, or None: this machine) and ``args.fleet`` (a list of
+    hosts for a fleet command, or None) from --host, HOST:ID and the client config."""
+    from . import fleet
+    hosts = list(args.host or [])
+    args.fleet = None
+    session = getattr(args, "session", None)
+    if not hosts and args.command in HOST_PREFIXED and isinstance(session, str) \
+            and ":" in session:
+        prefix, rest = session.split(":", 1)
+        if prefix + ":" != AGENT_PREFIX and rest:
+            hosts, args.session = [prefix], rest
+    if len(hosts) > 1:
+        if args.command not in FLEET:
+            parser.error(f"--host given {len(hosts)} times: only {', '.join(FLEET)} take "
+                         f"several hosts")
+        args.fleet = hosts
+    elif not hosts and args.command in FLEET:
+        args.fleet = fleet.configured_hosts()  # None: no client configuration
+    for h in args.fleet or hosts:
+        try:
+            fleet.check(h)
+        except ClientError as exc:
+            parser.error(str(exc))
+    if args.fleet:
+        fleet.set_default_deadline()
+    args.host = None if args.fleet or not hosts or fleet.is_local(hosts[0]) else hosts[0]
+
+
 def without_host(argv: list[str]) -> list[str]:
     """The command line minus ``--host X`` (or ``--host=X``), to run on that host."""
     out, skip = [], False
@@ -95,6 +130,11 @@ def main(argv=None) -> None:
             parser.print_usage(sys.stderr)
             parser.exit(exits.WAIT_FAILED, f"clowderctl wait: {exc}\n")
         parser.error(str(exc))
+    try:
+        choose_hosts(parser, args)
+    except ClientError as exc:  # the client configuration (fleet.ConfigError)
+        print(f"clowderctl {args.command}: {shown(exc, lines=True)}", file=sys.stderr)
+        sys.exit(exits.WAIT_FAILED if args.command == "wait" else exc.exit_code)
     args.global_argv = options.as_argv(args)  # as given, before --host turns them Remote
     if args.host:
         through_host(parser, args)

@@ -36,6 +36,11 @@ def set_seconds(value: float | None) -> None:
     _given = value
 
 
+def given() -> float | None:
+    """The deadline given on the command line, if any."""
+    return _given
+
+
 def seconds() -> float:
     """The deadline in force; ValueError if ``$CLOWDER_TIMEOUT`` is not a valid one."""
     if _given is not None:

@@ -14,6 +14,7 @@ OK = 0
 REFUSED = 1  # the daemon refused the request, a check said no, or it could not be done
 USAGE = 2  # the command line (or $CLOWDER_TIMEOUT) is wrong: argparse's own status
 UNREACHABLE = 3  # nothing to connect to, no permission on the socket, ssh failed, dropped
+PARTIAL = 4  # a fleet: some hosts answered, some did not (their rows say why)
 TIMEOUT = 124  # a daemon did not answer within the deadline; `wait --timeout` ran out
 WAIT_FAILED = 125  # `wait` (without --json): clowderctl failed, as timeout(1)'s 125
 INTERRUPTED = 130  # ^C: 128 + SIGINT, as a shell reports it
@@ -30,6 +31,8 @@ exit status:
   {UNREACHABLE:<4} unreachable: nothing listens at the socket, no permission on it, ssh
        could not connect, or the connection dropped; `status`: clowder-control
        answered but the PTY host did not
+  {PARTIAL:<4} partial: over several hosts (a fleet), some answered and some did not (each
+       shown as "HOST unreachable: why"); when none answered, {UNREACHABLE}
   {TIMEOUT:<4} timeout: a daemon did not answer within the deadline (frozen, wedged, or
        its listen backlog full); `wait --timeout` ran out
   {WAIT_FAILED:<4} `wait` only: clowderctl itself failed, whatever the kind (stderr says

@@ -40,11 +40,13 @@ GLOBAL = (
              "$XDG_RUNTIME_DIR/clowder/control.sock, /run/clowder/control.sock); with "
              "--host, the socket on that host")),
     (("--host",), dict(
-        metavar="[USER@]HOST",
+        metavar="[USER@]HOST", action="append",
         help="run the command on HOST, through `ssh HOST clowderctl relay` ($CLOWDER_SSH: "
              "the ssh command and its options, default ssh; $CLOWDER_REMOTE_RELAY: the "
              "command run there, default `clowderctl relay`; $CLOWDER_REMOTE_CTL: how to "
-             "run clowderctl there); logs, config, install-units and web run there whole")),
+             "run clowderctl there); logs, config, install-units and web run there whole; "
+             "\"local\" is this machine. Repeated (ps, status, events, wait): every HOST "
+             "at once, as one fleet (given after the command, they replace those before)")),
 )
 # The attribute each global option sets, and its flag (to hand them on: `open`'s panes).
 FLAGS = {kw["dest"] if "dest" in kw else flags[0][2:].replace("-", "_"): flags[0]
@@ -79,6 +81,7 @@ def as_argv(args) -> list[str]:
     out: list[str] = []
     for dest, flag in FLAGS.items():
         value = getattr(args, dest, None)
-        if value is not None:
-            out += [flag, format(value, "g") if isinstance(value, float) else str(value)]
+        for one in value if isinstance(value, list) else [value]:  # --host: repeated
+            if one is not None:
+                out += [flag, format(one, "g") if isinstance(one, float) else str(one)]
     return out

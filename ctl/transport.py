@@ -125,6 +125,22 @@ class Remote:
         return SshTransport(self)
 
 
+# Every SshTransport not closed yet: a fleet ends those still running at its deadline.
+# (set.add, discard and list() of a set are each atomic under the GIL: no lock, and no
+# threading import on every clowderctl's start.)
+_live: set = set()
+
+
+def end_all() -> None:
+    """Kill every ssh still running (a fleet's hosts that did not answer in time): each
+    Client waiting on one then reads EOF and fails by itself."""
+    for t in list(_live):
+        try:
+            t.proc.kill()
+        except OSError:
+            pass
+
+
 class SshTransport:
     """A running ``ssh HOST relay``: ``sock`` is our end of its stdin/stdout."""
 
@@ -148,6 +164,7 @@ class SshTransport:
         finally:
             theirs.close()  # only ssh holds it now: its exit is our EOF
         self.sock = ours
+        _live.add(self)
 
     def stderr_text(self) -> str:
         """The tail of what ssh (and the remote relay, through it) wrote to stderr."""
@@ -176,6 +193,7 @@ class SshTransport:
     def close(self, timeout: float = 3.0) -> None:
         """Close our end and reap ssh; it is ended if it does not leave by itself."""
         import subprocess
+        _live.discard(self)
         if self.sock.fileno() >= 0:
             # EOF to ssh -> EOF to the relay -> it half-closes the daemon's socket, the
             # daemon closes, the relay and then ssh exit: the remote end is cleaned up too.

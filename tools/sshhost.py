@@ -12,6 +12,11 @@ A veth pair joins the two, with addresses that exist only in them:
 
     client namespace  clw-c 169.254.77.1/30  <-- veth -->  clw-s 169.254.77.2/30  box
 
+Several boxes can run at once (a fleet's tests): box N (``index=N``) has the /30 at
+169.254.77.4N and the interfaces clw-cN / clw-sN (box 0 keeps the names above), and a
+box started with ``client=`` an earlier one shares that one's client namespace and keys,
+so one ssh command (one $CLOWDER_SSH) reaches them all.
+
     sshhost.py fetch [--cache DIR]       download the debs (on the host: the box has no
                                          network); run once before the tests
     sshhost.py run [--cache DIR] -- CMD  boot a box, run CMD here with CLOWDER_SSH and
@@ -46,8 +51,9 @@ from sysinstance import Instance, InstanceError  # noqa: E402
 DEFAULT_CACHE = Path("/opt/clowder-dev/debs")
 PACKAGES = ("openssh-server",)  # with what apt says they need that is not installed
 LIST = "sshhost.list"  # in the cache: the files of the last fetch, in install order
-CLIENT_ADDR, BOX_ADDR, PREFIX = "169.254.77.1", "169.254.77.2", 30
+CLIENT_ADDR, BOX_ADDR, PREFIX = "169.254.77.1", "169.254.77.2", 30  # box 0's
 CLIENT_IF, BOX_IF = "clw-c", "clw-s"
+MAX_BOXES = 64  # 169.254.77.0/24 in /30s
 SSHD_CONF = """\
 # clowder test box: key-only login, with a host key pinned by the client.
 HostKey /etc/ssh/clowder_host_ed25519_key
@@ -122,10 +128,21 @@ def cached_debs(cache: Path) -> list[Path]:
 class SshHost:
     """A booted box with sshd, reachable as ``target`` through ``ssh_command``."""
 
-    def __init__(self, name: str = "sshbox", cache: Path = DEFAULT_CACHE):
+    def __init__(self, name: str = "sshbox", cache: Path = DEFAULT_CACHE, index: int = 0,
+                 client: SshHost | None = None):
+        if not 0 <= index < MAX_BOXES:
+            raise SshHostError(f"box index {index}: expected 0 to {MAX_BOXES - 1}")
         self.name = name
         self.cache = Path(cache)
-        self.target = f"root@{BOX_ADDR}"
+        self.index = index
+        self.client_addr, self.box_addr = f"169.254.77.{4 * index + 1}", \
+            f"169.254.77.{4 * index + 2}"
+        suffix = str(index) if index else ""
+        self.client_if, self.box_if = CLIENT_IF + suffix, BOX_IF + suffix
+        self.target = f"root@{self.box_addr}"
+        # A box sharing an earlier one's client side (its namespace and keys): that one
+        # owns them, and must be stopped after this one.
+        self.client = client
         self.instance: Instance | None = None
         self.netns = -1  # fd of the client-side network namespace
         self.dir: Path | None = None  # keys and known_hosts, ours only (0700)
@@ -166,13 +183,22 @@ class SshHost:
         return self
 
     def _keys(self) -> None:
-        """A host key (pinned in known_hosts) and a client key, made here."""
+        """A host key (pinned in known_hosts) and a client key, made here (or the
+        client box's, with this box's address added to its known_hosts)."""
+        if self.client is not None:
+            if self.client.dir is None:
+                raise SshHostError(f"box {self.client.name} (the client side) is not started")
+            self.dir = self.client.dir
+            host_pub = (self.dir / "host_key.pub").read_text().split()
+            with open(self.dir / "known_hosts", "a") as f:
+                f.write(f"{self.box_addr} {host_pub[0]} {host_pub[1]}\n")
+            return
         self.dir = Path(tempfile.mkdtemp(prefix=f"clowder-sshhost-{self.name}-"))
         for key in ("host_key", "client_key"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
                             f"clowder-sshhost-{key}", "-f", str(self.dir / key)], check=True)
         host_pub = (self.dir / "host_key.pub").read_text().split()
-        (self.dir / "known_hosts").write_text(f"{BOX_ADDR} {host_pub[0]} {host_pub[1]}\n")
+        (self.dir / "known_hosts").write_text(f"{self.box_addr} {host_pub[0]} {host_pub[1]}\n")
 
     def put(self, path: str, data: bytes, mode: str = "0644") -> None:
         """Write a file inside the box (whatever of ours it can or cannot see)."""
@@ -202,6 +228,30 @@ class SshHost:
 
     def _network(self) -> None:
         """The client namespace, held by an fd; a veth pair into the box, by pid."""
+        if self.client is not None:
+            self.netns = self.client.netns
+        else:
+            self._client_namespace()
+        enter = ["nsenter", f"--net={self.netns_path}"]
+        for argv in (["ip", "link", "set", "lo", "up"],
+                     ["ip", "link", "add", self.client_if, "type", "veth", "peer", "name",
+                      self.box_if, "netns", str(self.instance.pid)],
+                     ["ip", "addr", "add", f"{self.client_addr}/{PREFIX}", "dev",
+                      self.client_if],
+                     ["ip", "link", "set", self.client_if, "up"]):
+            subprocess.run(enter + argv, check=True, capture_output=True)
+        for argv in (["ip", "addr", "add", f"{self.box_addr}/{PREFIX}", "dev", self.box_if],
+                     ["ip", "link", "set", self.box_if, "up"]):
+            self.exec(argv, check=True, capture_output=True)
+        self.ssh_command = [
+            "nsenter", f"--net={self.netns_path}", "ssh", "-F", "/dev/null",
+            "-i", str(self.dir / "client_key"), "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={self.dir / 'known_hosts'}",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+
+    def _client_namespace(self) -> None:
+        """A network namespace of our own for the client side, held by an fd."""
         holder = subprocess.Popen(["unshare", "--net", "--", "sleep", "infinity"])
         try:
             ours = os.readlink("/proc/self/ns/net")
@@ -214,22 +264,6 @@ class SshHost:
         finally:
             holder.kill()
             holder.wait()
-        enter = ["nsenter", f"--net={self.netns_path}"]
-        for argv in (["ip", "link", "set", "lo", "up"],
-                     ["ip", "link", "add", CLIENT_IF, "type", "veth", "peer", "name", BOX_IF,
-                      "netns", str(self.instance.pid)],
-                     ["ip", "addr", "add", f"{CLIENT_ADDR}/{PREFIX}", "dev", CLIENT_IF],
-                     ["ip", "link", "set", CLIENT_IF, "up"]):
-            subprocess.run(enter + argv, check=True, capture_output=True)
-        for argv in (["ip", "addr", "add", f"{BOX_ADDR}/{PREFIX}", "dev", BOX_IF],
-                     ["ip", "link", "set", BOX_IF, "up"]):
-            self.exec(argv, check=True, capture_output=True)
-        self.ssh_command = [
-            "nsenter", f"--net={self.netns_path}", "ssh", "-F", "/dev/null",
-            "-i", str(self.dir / "client_key"), "-o", "IdentitiesOnly=yes",
-            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={self.dir / 'known_hosts'}",
-            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
 
     @property
     def netns_path(self) -> str:
@@ -268,8 +302,9 @@ class SshHost:
 
     def link(self, up: bool) -> None:
         """Cut or restore the network between the client side and the box."""
-        subprocess.run(["nsenter", f"--net={self.netns_path}", "ip", "link", "set", CLIENT_IF,
-                        "up" if up else "down"], check=True, capture_output=True)
+        subprocess.run(["nsenter", f"--net={self.netns_path}", "ip", "link", "set",
+                        self.client_if, "up" if up else "down"], check=True,
+                       capture_output=True)
 
     # --- stop -----------------------------------------------------------------------------
 
@@ -280,6 +315,9 @@ class SshHost:
                 self.instance.stop()
                 self.instance = None
         finally:
+            if self.client is not None:
+                # The client box's namespace and keys: our veth went with our instance.
+                self.netns, self.dir = -1, None
             if self.netns >= 0:
                 os.close(self.netns)  # the last reference: namespace and veth go with it
                 self.netns = -1

@@ -35,8 +35,17 @@ kinds: session-started, session-ended (status, exit_code, signal), session-busy,
 --json prints one object per line: {"kind", "time" (seconds since the epoch), "session",
   "name", "uid" (null for the host's own events), and the kind's fields}.
 
+Over several hosts (--host A --host B, or the client configuration's hosts:), every
+  host's events in one stream, each with its "host" (a HOST column when more than one);
+  a host that does not answer within --timeout (default 5 s there) is a line "HOST
+  unreachable: why" (--json: {"kind": "host-unreachable", "host", "time", "error"}) and
+  the exit status is 4 (3 when none answered).  With --follow the others go on, and the
+  one that dropped is asked again, as one host is after a restart (agents' events are
+  not followed over several hosts).
+
 examples:
   clowderctl events
+  clowderctl --host build1 --host build2 events --follow --json
   clowderctl events --follow build
   clowderctl events --follow --json | jq -r 'select(.kind == "session-idle") | .name'
 """
@@ -200,7 +209,81 @@ def _what(kind: str, e: dict) -> str:
     return ""
 
 
+def _on(args, host: str):
+    """``args`` pointed at ``host``'s PTY host (a fleet's)."""
+    import argparse
+    from .. import fleet
+    return argparse.Namespace(**{**vars(args), "socket": fleet.target(host, args, "host"),
+                                 "host": host, "fleet": None})
+
+
+def _unreachable(host: str, error: str) -> dict:
+    return {"kind": "host-unreachable", "time": time.time(), "host": host, "error": error}
+
+
+def fleet_follow(args, host: str) -> Iterator[dict]:
+    """One host's events for a fleet's --follow, each with its "host": one that cannot
+    be reached (or drops and cannot be reached again) is said so once, and asked again."""
+    from .. import fleet
+    name, hargs = fleet.shown_name(host), _on(args, host)
+    down, pause = False, 0.05
+    while True:
+        try:
+            for event in host_events(hargs):
+                down, pause = False, 0.05
+                yield {**event, "host": name}
+        except RequestFailed as exc:
+            if exc.code != "no-session":  # a SESSION on another host: nothing here
+                yield _unreachable(name, str(exc))
+            return
+        except ClientError as exc:
+            if not down:
+                yield _unreachable(name, str(exc))
+            down = True
+        time.sleep(pause)
+        pause = min(RETRY_MAX, pause * 2)
+
+
+def run_fleet(args) -> int:
+    from .. import fleet
+    several = len(args.fleet) > 1
+
+    def show(event: dict) -> None:
+        if args.json:
+            print(json.dumps(event), flush=True)
+        elif event["kind"] == "host-unreachable":
+            print(shown(f"{event['host']} unreachable: {event['error']}"), flush=True)
+        else:
+            print((shown(event["host"]) + "  " if several else "") + line(event),
+                  flush=True)
+    if args.follow:
+        for event in merged([fleet_follow(args, h) for h in args.fleet], True):
+            show(event)
+        return 0
+    def recent(host: str) -> list[dict] | None:
+        try:
+            return list(host_events(_on(args, host)))
+        except RequestFailed as exc:
+            if exc.code == "no-session":  # a SESSION named is on another host
+                return None
+            raise
+    answers = fleet.ask(args.fleet, recent)
+    if args.session and all(a.answered and a.value is None for a in answers):
+        raise RequestFailed(protocol.Error(message=f"no such session on any host: "
+                                           f"{args.session}", code="no-session"))
+    events = sorted(({**e, "host": a.host} for a in answers for e in a.value or ()),
+                    key=lambda e: e.get("time") or 0)
+    for event in events:
+        show(event)
+    for a in answers:
+        if not a.answered:
+            show(_unreachable(a.host, a.error))
+    return fleet.exit_code(answers)
+
+
 def run(args) -> int:
+    if args.fleet:
+        return run_fleet(args)
     events = merged([source(args) for source in SOURCES], args.follow)
     for event in events:
         print(json.dumps(event) if args.json else line(event), flush=True)

@@ -17,8 +17,15 @@ EPILOG = """\
   uid, unit, state ("running", "exited", "killed", ...), exit_code, signal, cols, rows,
   created (seconds since the epoch), cwd, argv and agent, as the PTY host reports them.
 
+Over several hosts (--host A --host B, or the client configuration's hosts:), one table
+  with a HOST column (when more than one), each host asked at once; a host that does not
+  answer within --timeout (default 5 s there) is a line "HOST unreachable: why", and the
+  exit status is 4 (3 when none answered).  --json then prints {"hosts": [{"host",
+  "answered", "error", "seconds"}], "sessions": [each session with its "host"]}.
+
 examples:
   clowderctl ps
+  clowderctl --host local --host build1 --host build2 ps
   clowderctl ps --all --json | jq -r '.[] | select(.state == "running") | .id'
 """
 
@@ -37,21 +44,55 @@ def exit_text(s: dict) -> str:
     return "" if s.get("exit_code") is None else str(s["exit_code"])
 
 
-def run(args) -> int:
-    with Client(args.socket) as c:
-        sessions = c.request(protocol.ListSessions(all=args.all), protocol.SessionList).sessions
+def sessions_of(target, all_: bool) -> list[dict]:
+    """The sessions the PTY host at ``target`` lists, oldest first."""
+    with Client(target) as c:
+        sessions = c.request(protocol.ListSessions(all=all_), protocol.SessionList).sessions
     sessions.sort(key=lambda s: s.get("created", 0))
+    return sessions
+
+
+def row(s: dict) -> tuple:
+    # Escaped: a name from an old manifest or another host may hold controls.
+    return tuple(shown(v) for v in (
+        s["id"], s["name"], str(s["pid"] or "-"), s["unit"], s["state"], exit_text(s),
+        f"{s['cols']}x{s['rows']}",
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"]))))
+
+
+def print_table(rows: list[tuple]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+
+
+def run(args) -> int:
+    if args.fleet:
+        return run_fleet(args)
+    sessions = sessions_of(args.socket, args.all)
     if args.json:
         print(json.dumps(sessions, indent=None))
         return 0
-    rows = [COLUMNS]
-    for s in sessions:
-        # Escaped: a name from an old manifest or another host may hold controls.
-        rows.append(tuple(shown(v) for v in (
-            s["id"], s["name"], str(s["pid"] or "-"), s["unit"], s["state"], exit_text(s),
-            f"{s['cols']}x{s['rows']}",
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"])))))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    print_table([COLUMNS] + [row(s) for s in sessions])
     return 0
+
+
+def run_fleet(args) -> int:
+    """ps over several hosts: one table (HOST first), the unreachable ones named."""
+    from .. import fleet
+    answers = fleet.ask(args.fleet, lambda h: sessions_of(fleet.target(h, args, "host"),
+                                                           args.all))
+    if args.json:
+        print(json.dumps({"hosts": [a.as_json() for a in answers],
+                          "sessions": [{**s, "host": a.host} for a in answers
+                                       for s in a.value or ()]}))
+        return fleet.exit_code(answers)
+    several = len(answers) > 1
+    rows = [(("host",) if several else ()) + COLUMNS]
+    for a in answers:
+        rows += [((shown(a.host),) if several else ()) + row(s) for s in a.value or ()]
+    print_table(rows)
+    for a in answers:
+        if not a.answered:
+            print(shown(f"{a.host} unreachable: {a.error}"))
+    return fleet.exit_code(answers)

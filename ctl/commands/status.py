@@ -19,8 +19,16 @@ not: the agents are then shown as clowder-control last knew them.
 --json prints one object: {{"agents": [...], "sessions": [...], "unclaimed": [...],
   "problems": [...], "host": {{"answering": true|false, "error": why not, ...}}}}
 
+Over several hosts (--host A --host B, or the client configuration's hosts:), one agents
+  table and one sessions table with a HOST column (when more than one), each host asked
+  at once; a host that does not answer within --timeout (default 5 s there) is a line
+  "HOST unreachable: why", and the exit status is 4 (3 when none answered).  --json then
+  prints {{"hosts": [{{"host", "answered", "error", "seconds", "status": that host's
+  object as above, or null}}], "agents": [each agent with its "host"]}}.
+
 examples:
   clowderctl status
+  clowderctl --host build1 --host build2 status
   clowderctl --host box status --json | jq '.agents[] | {{name, state}}'
 """)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -64,35 +72,54 @@ def _table(rows: list[tuple]) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1])
 
 
-def run(args) -> int:
+AGENT_COLUMNS = ("AGENT", "STATE", "ACTIVITY", "ATTENTION", "PID", "SESSION", "UPTIME",
+                 "LAST EXIT", "SHELLS", "CAUSE")
+
+
+def report(target) -> protocol.StatusReport:
+    """clowder-control's status at ``target``."""
     # peer: messages name clowder-control and its socket unit, not the PTY host's.
-    with Client(args.control_socket or default_control_socket(),
-                peer="clowder-control") as c:
-        rep = c.request(protocol.GetStatus(), protocol.StatusReport)
+    with Client(target, peer="clowder-control") as c:
+        return c.request(protocol.GetStatus(), protocol.StatusReport)
+
+
+def code_of(rep: protocol.StatusReport) -> int:
     # The host's own answer, not only clowder-control's: a script must not read
     # agents clowder-control only remembers as a healthy status.
-    code = exits.OK if rep.host.get("answering", rep.host.get("reachable", True)) \
+    return exits.OK if rep.host.get("answering", rep.host.get("reachable", True)) \
         else exits.UNREACHABLE
+
+
+def as_json(rep: protocol.StatusReport) -> dict:
+    return {"agents": rep.agents, "sessions": rep.sessions, "unclaimed": rep.unclaimed,
+            "problems": rep.problems, "host": rep.host}
+
+
+def agent_row(a: dict) -> tuple:
+    shells = ",".join(f"{s['name']}{_shell_state(s)}" for s in a["shells"]) or "-"
+    # Escaped: names and causes come from configuration and the host.
+    return tuple(shown(v) for v in (
+        a["name"], a["state"], a["activity"], _attention(a), str(a["pid"] or "-"),
+        a["session"] or "-", _uptime(a["uptime"]), _exit(a["last_exit"]), shells,
+        (a.get("stopped") if a["state"] == "down" else None) or a["cause"] or "-"))
+
+
+def session_row(s: dict) -> tuple:
+    return (shown(s["id"]), shown(s["pid"] or "-"), shown(s["name"] or "-"))
+
+
+def run(args) -> int:
+    if args.fleet:
+        return run_fleet(args)
+    rep = report(args.control_socket or default_control_socket())
+    code = code_of(rep)
     if args.json:
-        print(json.dumps({"agents": rep.agents, "sessions": rep.sessions,
-                          "unclaimed": rep.unclaimed, "problems": rep.problems,
-                          "host": rep.host}))
+        print(json.dumps(as_json(rep)))
         return code
-    rows = [("AGENT", "STATE", "ACTIVITY", "ATTENTION", "PID", "SESSION", "UPTIME", "LAST EXIT", "SHELLS",
-             "CAUSE")]
-    for a in rep.agents:
-        shells = ",".join(f"{s['name']}{_shell_state(s)}" for s in a["shells"]) or "-"
-        # Escaped: names and causes come from configuration and the host.
-        rows.append(tuple(shown(v) for v in (
-            a["name"], a["state"], a["activity"], _attention(a), str(a["pid"] or "-"), a["session"] or "-",
-            _uptime(a["uptime"]), _exit(a["last_exit"]), shells,
-            (a.get("stopped") if a["state"] == "down" else None) or a["cause"] or "-")))
-    _table(rows)
+    _table([AGENT_COLUMNS] + [agent_row(a) for a in rep.agents])
     if rep.sessions:
         print()
-        _table([("SESSION", "PID", "NAME")] + [
-            (shown(s["id"]), shown(s["pid"] or "-"), shown(s["name"] or "-"))
-            for s in rep.sessions])
+        _table([("SESSION", "PID", "NAME")] + [session_row(s) for s in rep.sessions])
     for s in rep.unclaimed:
         print(f"unclaimed session {shown(s['id'])} ({shown(s['name'])}, pid "
               f"{shown(s['pid'])}): named like an agent's but not one; left alone")
@@ -102,3 +129,45 @@ def run(args) -> int:
         print(f"problem: PTY host not answering (agents as clowder-control last knew "
               f"them): {shown(rep.host.get('error'))}")
     return code
+
+
+def run_fleet(args) -> int:
+    """status over several hosts: one agents table and one sessions table (HOST first)."""
+    from .. import fleet
+    answers = fleet.ask(args.fleet, lambda h: report(fleet.target(h, args, "control")))
+    for a in answers:
+        if a.answered and code_of(a.value) != exits.OK:
+            a.code = exits.UNREACHABLE  # its PTY host did not answer clowder-control
+    if args.json:
+        print(json.dumps({
+            "hosts": [{**a.as_json(), "status": as_json(a.value) if a.value else None}
+                      for a in answers],
+            "agents": [{**ag, "host": a.host} for a in answers if a.value
+                       for ag in a.value.agents]}))
+        return fleet.exit_code(answers)
+    several = len(answers) > 1
+
+    def first(a) -> tuple:
+        return (shown(a.host),) if several else ()
+    head = ("HOST",) if several else ()
+    _table([head + AGENT_COLUMNS] + [first(a) + agent_row(ag) for a in answers if a.value
+                                     for ag in a.value.agents])
+    sessions = [first(a) + session_row(s) for a in answers if a.value
+                for s in a.value.sessions]
+    if sessions:
+        print()
+        _table([head + ("SESSION", "PID", "NAME")] + sessions)
+    for a in answers:
+        prefix = f"{a.host}: " if several else ""
+        if not a.answered:
+            print(shown(f"{a.host} unreachable: {a.error}"))
+            continue
+        for s in a.value.unclaimed:
+            print(shown(f"{prefix}unclaimed session {s['id']} ({s['name']}, pid "
+                        f"{s['pid']}): named like an agent's but not one; left alone"))
+        for p in a.value.problems:
+            print(shown(f"{prefix}problem: {p}"))
+        if code_of(a.value) != exits.OK:
+            print(shown(f"{prefix}problem: PTY host not answering (agents as "
+                        f"clowder-control last knew them): {a.value.host.get('error')}"))
+    return fleet.exit_code(answers)

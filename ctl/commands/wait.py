@@ -37,8 +37,14 @@ exit status:
   --json {{"agent": NAME, "activity": "busy"|"idle"|"down", "attention": "none"|"asking"|
   "notified"|"exited"|"failed", "cause": TEXT, "event": the agent event that ended it}}.
 
+Over several hosts (--host A --host B, or the client configuration's hosts:), the hosts
+  are first asked at once which has the session (or, with --idle/--attention, the agent),
+  and that one is waited on; none or several having it is a failure ({exits.WAIT_FAILED}; name it
+  HOST:ID).  HOST:ID waits on that host alone ("local": this machine).
+
 examples:
   clowderctl wait "$id" && echo "it succeeded"
+  clowderctl wait build1:"$id"
   clowderctl wait --timeout 60 --json "$id"
   clowderctl wait --idle claude && clowderctl snapshot agent:claude
   clowderctl wait --attention --timeout 3600 claude || echo "still busy after an hour"
@@ -80,7 +86,34 @@ def ended(msg: protocol.Exited) -> dict:
             "signal": msg.signal}
 
 
+def _find(args) -> None:
+    """Point ``args`` at the one host of its fleet that has the session (or agent)."""
+    from .. import fleet
+    from .ps import sessions_of
+    from .status import report
+    if args.idle or args.attention:
+        answers = fleet.ask(args.fleet, lambda h: [
+            a["name"] for a in report(fleet.target(h, args, "control")).agents])
+        what = f"agent {args.session}"
+    else:
+        answers = fleet.ask(args.fleet, lambda h: [
+            v for s in sessions_of(fleet.target(h, args, "host"), True)
+            for v in (s["id"], s["name"])])
+        what = f"session {args.session}"
+    have = [h for h, a in zip(args.fleet, answers) if a.value and args.session in a.value]
+    if len(have) != 1:
+        silent = "; ".join(f"{a.host} unreachable: {a.error}" for a in answers
+                           if not a.answered)
+        found = f"on {', '.join(map(fleet.shown_name, have))}: name it HOST:ID" if have \
+            else "on none of the hosts that answered"
+        raise ClientError(f"{what} is {found}" + (f" ({silent})" if silent else ""))
+    args.socket = fleet.target(have[0], args, "host")
+    args.control_socket = fleet.target(have[0], args, "control")
+
+
 def run(args) -> int:
+    if args.fleet:
+        _find(args)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     if args.idle or args.attention:
         return _agent(args, deadline)
