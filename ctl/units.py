@@ -64,6 +64,11 @@ TimeoutStopSec=30
 WatchdogSec={watchdog_sec}
 TimeoutAbortSec={abort_sec}
 LimitCORE=0
+# Each session's record and last screen, for the session list after a reboot
+# (ptyhostd/statedir.py): /var/lib/clowder-ptyhost, or the user manager's state
+# directory (~/.local/state/clowder-ptyhost on systemd >= 251, ~/.config before).
+StateDirectory=clowder-ptyhost
+StateDirectoryMode=0700
 """
 
 # Longer than anything a healthy host blocks its loop for (docs/design.md, "The

@@ -35,6 +35,7 @@ that installs or uses them inside must `systemctl unmask` them first.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import secrets
@@ -173,8 +174,11 @@ def prepare_etc(root: Path, name: str) -> None:
     (conf / "clowder-sysinstance.conf").write_text(JOURNALD_CONF)
 
 
-def stage2(name: str, host_mntns: str) -> None:
-    """Build the overlay root in this private mount namespace and exec systemd as PID 1."""
+def stage2(name: str, host_mntns: str, kept: str = "[]") -> None:
+    """Build the overlay root in this private mount namespace and exec systemd as PID 1.
+
+    ``kept``: JSON list of [directory here, path inside] bound into the instance, so
+    what is written there outlives it (a test's "reboot": two boots, one directory)."""
     # Every guard below protects the host: this code mounts and writes as root.
     if os.getpid() != 1:
         sys.exit("sysinstance stage2: refusing to run: not PID 1 of a new pid namespace")
@@ -210,6 +214,12 @@ def stage2(name: str, host_mntns: str) -> None:
     for path, mode in (("run", "755"), ("tmp", "1777"), ("var/log/journal", "2755")):
         (root / path).mkdir(parents=True, exist_ok=True)
         mount("tmpfs", root / path, f"mode={mode},nosuid,nodev")
+    for src, dest in json.loads(kept):
+        # Only absolute paths, and never over the instance's own guarded mounts.
+        if not (src.startswith("/") and dest.startswith("/") and ".." not in dest.split("/")):
+            sys.exit(f"sysinstance stage2: bad kept directory {src!r} -> {dest!r}")
+        (root / dest.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        sh("mount", "--bind", src, str(root / dest.lstrip("/")))
     prepare_etc(root, name)
 
     os.chdir(root)
@@ -262,13 +272,17 @@ def kill_entered(proc: subprocess.Popen) -> None:
 class Instance:
     """A private systemd system instance: start(), exec(), stop(); also a context manager."""
 
-    def __init__(self, name: str | None = None, boot_timeout: float = 30.0):
+    def __init__(self, name: str | None = None, boot_timeout: float = 30.0,
+                 kept: tuple[tuple[str, str], ...] = ()):
+        """``kept``: (directory here, path inside) pairs bound into the instance at each
+        boot, e.g. a state directory that must outlive a poweroff (tests/test_reboot.py)."""
         self.name = name or f"run-{secrets.token_hex(4)}"
         if not NAME_RE.fullmatch(self.name):
             raise InstanceError(f"bad instance name {self.name!r}: use letters, digits and '-'")
         self.state = STATE_ROOT / self.name
         self.cgroup = cgroup2_mount() / f"clowder-sysinstance-{self.name}"
         self.boot_timeout = boot_timeout
+        self.kept = [[os.path.abspath(src), dest] for src, dest in kept]
         self._launcher: subprocess.Popen | None = None
 
     def __enter__(self) -> Instance:
@@ -309,7 +323,7 @@ class Instance:
     def _launch(self) -> None:
         """Start script(1) -> unshare -> stage 2 inside the instance's own cgroup."""
         stage = [sys.executable, "-I", os.path.abspath(__file__), "_stage2", self.name,
-                 os.readlink("/proc/self/ns/mnt")]
+                 os.readlink("/proc/self/ns/mnt"), json.dumps(self.kept)]
         unshare = ["unshare", "--mount", "--propagation", "private", "--pid", "--fork",
                    "--kill-child", "--uts", "--ipc", "--net", "--cgroup", *stage]
         # script gives systemd a real tty for /dev/console and records it in console.log.
@@ -529,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one subcommand."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_stage2"]:  # internal: the PID 1 side, started by Instance._launch
-        stage2(argv[1], argv[2])
+        stage2(*argv[1:4])
     parser = argparse.ArgumentParser(description="Boot a private systemd system instance "
                                      "over an overlay of / and run commands in it.")
     sub = parser.add_subparsers(dest="command", required=True)
