@@ -84,6 +84,7 @@ class Host(Adoption):
         manager.on_reconnect = self._after_reconnect
         self.bus = EventBus()  # what `clowderctl events` watches (eventbus.py)
         self.state_dir = statedir.StateDir(config.state_dir, statedir.boot_key())
+        self._down_lock = asyncio.Lock()  # see _going_down
 
     # --- the terminal models, kept current while sessions are quiet ----------------------
 
@@ -398,11 +399,34 @@ class Host(Adoption):
         s.unwatch_pid()
         self._spawn_task(self._finish(s))
 
+    async def _going_down(self) -> bool:
+        """Whether the service manager is going down (a poweroff or reboot); the first
+        time it is, the sessions' files are written as they are now and then kept as
+        they are (statedir.py): the ends that follow (systemd stops session units
+        before or while it stops us) are the reboot's, not the programs'."""
+        async with self._down_lock:  # the other ends wait for the files to be written
+            if self.state_dir.frozen:
+                return True
+            try:
+                going_down = await self.manager.system_state() == "stopping"
+            except ManagerError as exc:
+                log.warning("cannot tell whether the system is going down: %s", exc)
+                return False
+            if going_down:
+                await self.state_dir.save_round(self, force=True)
+                self.state_dir.frozen = True
+                log.info("the system is going down: %d sessions saved in %s for the next "
+                         "boot", len(self.sessions), self.state_dir.path,
+                         extra={"CLOWDER_CAUSE": "state-saved"})
+            return going_down
+
     async def _finish(self, s: Session) -> None:
         if s.state != "running" or s.id in self._finishing:
             return  # already ended, or its end is being recorded (pidfd and reconnect)
         self._finishing.add(s.id)
         try:
+            if self.state_dir.dir is not None:
+                await self._going_down()  # before this end is recorded
             try:
                 state = await self.manager.wait_finished(s.unit)
             except Exception as exc:  # any failure still ends it, status unknown
@@ -648,19 +672,7 @@ class Host(Adoption):
                      len(self.sessions), extra={"CLOWDER_CAUSE": job or "signal",
                                                 **events.fields("host-exiting")})
             return
-        try:
-            going_down = await self.manager.system_state() == "stopping"
-        except ManagerError as exc:
-            log.warning("cannot tell whether the system is going down: %s", exc)
-            going_down = False
-        if going_down:
-            # A poweroff or reboot: the sessions' files stay, with their last screens,
-            # for the next boot (statedir.py); the ends recorded below are not written.
-            await self.state_dir.save_round(self, force=True)
-            self.state_dir.frozen = True
-            log.info("the system is going down: %d sessions saved in %s for the next boot",
-                     len(self.sessions), self.state_dir.path,
-                     extra={"CLOWDER_CAUSE": "state-saved"})
+        await self._going_down()
         log.info("stopping: ending every session",
                  extra={"CLOWDER_CAUSE": "stop", **events.fields("host-stopping")})
         running = [s for s in self.sessions.values() if s.state == "running"]
