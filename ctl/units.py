@@ -66,7 +66,7 @@ TimeoutAbortSec={abort_sec}
 LimitCORE=0
 # Each session's record and last screen, for the session list after a reboot
 # (ptyhostd/statedir.py): /var/lib/clowder-ptyhost, or the user manager's state
-# directory (~/.local/state/clowder-ptyhost on systemd >= 251, ~/.config before).
+# directory ($XDG_CONFIG_HOME/clowder-ptyhost on systemd 252: systemd.exec(5)).
 StateDirectory=clowder-ptyhost
 StateDirectoryMode=0700
 """

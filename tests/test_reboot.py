@@ -132,6 +132,18 @@ def test_another_user_sees_nothing_of_a_saved_session(systemd_required):
             proc = h.ctl(*args, user="bob", check=False, stdin=subprocess.DEVNULL)
             assert proc.returncode != 0 and b"no such session" in proc.stderr, (args, proc)
         assert b"ALICE-SECRET" in h.ctl("snapshot", old, user="alice").stdout
+        # A Spawn naming her session as the one it resumes opens on nothing of it.
+        spawn = ("import sys; from ctl.client import Client; import clowder_wire as P\n"
+                 "with Client(sys.argv[1]) as c:\n"
+                 "    r = c.request(P.Spawn(argv=['sh', '-c', 'echo BOB; exec sleep 1000'],"
+                 " cwd='/', resumes=sys.argv[2]), P.SessionInfo)\n"
+                 "print(r.session['id'])\n")
+        bobs = h.run([PYTHON, "-c", spawn, h.socket, old], user="bob",
+                     cwd=ROOT).stdout.decode().strip()
+        wait_for(lambda: b"BOB" in h.backlog(bobs, user="bob"), 10, "bob's session's output")
+        assert b"ALICE-SECRET" not in h.backlog(bobs, user="bob")
+        assert b"last screen before the reboot" not in h.backlog(bobs, user="bob")
+        h.ctl("kill", bobs, user="bob")
         assert os.path.exists(saved_file(h, old))
         h.ctl("rm", old, user="alice")
         assert not os.path.exists(saved_file(h, old))
