@@ -150,7 +150,7 @@ class Adoption:
         so ps, snapshot, history, attach and rm work on it as on any ended one, with
         the same ownership rules.  Saved ends stay as they were."""
         restored = 0
-        for rec, body in self.state_dir.load():
+        for rec, body in self.state_dir.load(skip=self.sessions.keys()):
             sid = rec["id"]
             if sid in self.sessions or not _SESSION_ID.fullmatch(sid):
                 continue  # adopted from the FD store: alive, and its file is refreshed

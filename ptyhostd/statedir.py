@@ -132,9 +132,10 @@ class StateDir:
 
     # --- start ----------------------------------------------------------------------------
 
-    def load(self) -> list[tuple[dict, bytes]]:
-        """(record, VT bytes) of every usable saved session; what is not is reported
-        (and removed if it is ours)."""
+    def load(self, skip=frozenset()) -> list[tuple[dict, bytes]]:
+        """(record, VT bytes) of every usable saved session but those in ``skip`` (the
+        sessions the FD store gave back: a restart reads none of their files, only
+        their sizes); what is not usable is reported (and removed if it is ours)."""
         if self.dir is None:
             return []
         try:
@@ -146,6 +147,12 @@ class StateDir:
         out = []
         for name in sorted(names):
             path = os.path.join(self.dir, name)
+            if name.endswith(SUFFIX) and name[:-len(SUFFIX)] in skip:
+                try:
+                    self.sizes[name[:-len(SUFFIX)]] = os.lstat(path).st_size
+                except OSError:
+                    pass
+                continue
             try:
                 rec, body = self._read(path, name)
             except ValueError as exc:
