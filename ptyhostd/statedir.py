@@ -52,7 +52,7 @@ INTERVAL = 5.0  # seconds between two writes of one session's file, at least
 TAIL_LINES = 2000  # scrollback lines kept
 FILE_MAX = 256 * 1024  # one session's file at most
 ROUND_BUDGET = 1 << 20  # written in one round (every INTERVAL) at most, all sessions
-TOTAL_MAX = 64 << 20  # the directory at most
+TOTAL_MAX = 64 << 20  # the directory at most (default of $CLOWDER_STATE_BYTES)
 READ_MAX = FILE_MAX + 64 * 1024  # a file larger than this is not read (not ours)
 REPORT_EVERY = 60.0  # seconds: one journal line per cause at most
 TRIMMED = ("trimmed",)  # a session whose file went for the cap
@@ -116,6 +116,14 @@ class StateDir:
         self._saved_at: dict[str, float] = {}
         self._reported: dict[str, float] = {}
         self.written = 0  # bytes written since start (for the journal and tests)
+        self.total_max = TOTAL_MAX
+        given = os.environ.get("CLOWDER_STATE_BYTES", "")
+        if given:
+            try:
+                self.total_max = max(0, int(given))
+            except ValueError:
+                log.warning("CLOWDER_STATE_BYTES=%r is not a number of bytes: %d kept",
+                            given, TOTAL_MAX, extra={"CLOWDER_CAUSE": "state-config"})
 
     # --- problems -------------------------------------------------------------------------
 
@@ -290,16 +298,16 @@ class StateDir:
     def _trim(self, host) -> None:
         """Past TOTAL_MAX: the files of the sessions that ended longest ago go."""
         total = sum(self.sizes.values())
-        if total <= TOTAL_MAX:
+        if total <= self.total_max:
             return
         ended = sorted((s for s in host.sessions.values() if s.state in ("exited", "lost")
                         and s.id in self.sizes), key=lambda s: s.ended_at or 0)
         for s in ended:
-            if total <= TOTAL_MAX:
+            if total <= self.total_max:
                 break
             total -= self.sizes.pop(s.id)
             self._unlink(self._file(s.id))
             self._saved[s.id] = TRIMMED  # not written again: it would be trimmed again
-        if total > TOTAL_MAX:
+        if total > self.total_max:
             self.report("state-over-cap", f"running sessions' files alone take {total} "
-                        f"bytes, over the {TOTAL_MAX} cap")
+                        f"bytes, over the {self.total_max} cap ($CLOWDER_STATE_BYTES)")

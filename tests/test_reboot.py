@@ -251,6 +251,29 @@ def test_a_flooding_session_does_not_make_the_host_write_more_than_its_bound(hos
                    f"{seconds:g} s by 3 flooding sessions")
 
 
+def test_past_the_cap_the_files_of_the_oldest_ended_sessions_go(host):
+    """$CLOWDER_STATE_BYTES caps the directory: the file of the session that ended
+    first goes (the session itself stays, for ps, until removed)."""
+    host.drop_in("[Service]\nEnvironment=CLOWDER_STATE_BYTES=40000\n")
+    host.restart()
+    sids = []
+    for _ in range(3):
+        sid = host.spawn("seq", "100000", "104000")
+        wait_for(lambda: host.ps()[sid]["state"] == "exited", 10, "the session to end")
+        wait_for(lambda: os.path.exists(saved_file(host, sid))
+                 and read_saved(saved_file(host, sid))[0]["state"] == "exited", 20,
+                 f"session {sid}'s file, ended")
+        sids.append(sid)
+    first, second, third = sids
+    assert os.path.getsize(saved_file(host, first)) > 12000, "the files are too small"
+    wait_for(lambda: not os.path.exists(saved_file(host, first)), 15,
+             "the first ended session's file to go for the cap")
+    assert os.path.exists(saved_file(host, third))
+    assert first in host.ps()
+    for sid in sids:
+        host.ctl("rm", sid)
+
+
 # --- a nested instance, powered off and booted again -------------------------------------
 
 
