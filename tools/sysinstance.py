@@ -11,6 +11,7 @@ and every write inside vanishes at stop. Recipe: /work/shared/notes/systemd.md, 
         boot, run CMD inside as root, power off, clean up; exit with CMD's exit code
         (128+N if CMD died of signal N; 125 if the instance itself failed)
     sysinstance.py start [--name N] [--timeout S]   boot and leave running; print pid, state dir
+        (run and start: --keep DIR:PATH binds DIR over PATH inside at boot: kept across boots)
     sysinstance.py exec --name N [--cwd DIR] [--env K=V]... -- CMD...   run CMD in it
     sysinstance.py stop --name N                    power off and clean up (also stale state)
 
@@ -554,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in (p_run, p_start):
         p.add_argument("--name", help="instance name, also its hostname (default: run-RANDOM)")
         p.add_argument("--timeout", type=float, default=30.0, help="boot deadline in seconds")
+        p.add_argument("--keep", action="append", default=[], metavar="DIR:PATH",
+                       help="bind DIR (here) over PATH inside, so what is written there "
+                            "outlives the instance (e.g. a state directory across a "
+                            "poweroff and a second boot); repeatable")
     for p in (p_exec, p_stop):
         p.add_argument("--name", required=True)
     for p in (p_run, p_exec):
@@ -565,8 +570,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, raise_exit)
 
     try:
+        kept = tuple(tuple(k.split(":", 1)) for k in getattr(args, "keep", []))
+        if any(len(k) != 2 for k in kept):
+            raise InstanceError("--keep takes DIR:PATH")
         if args.command == "start":
-            inst = Instance(args.name, boot_timeout=args.timeout).start()
+            inst = Instance(args.name, boot_timeout=args.timeout, kept=kept).start()
             print(inst.pid, inst.state)
             return 0
         if args.command == "stop":
@@ -578,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         env = parse_env(args.env)
         if args.command == "exec":
             return run_foreground(Instance(args.name), args.cmd, args.cwd, env)
-        with Instance(args.name, boot_timeout=args.timeout) as inst:
+        with Instance(args.name, boot_timeout=args.timeout, kept=kept) as inst:
             return run_foreground(inst, args.cmd, args.cwd, env)
     except InstanceError as exc:
         print(f"sysinstance: {exc}", file=sys.stderr)
