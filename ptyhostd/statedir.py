@@ -280,9 +280,10 @@ class StateDir:
         try:
             lines = await s.history(TAIL_LINES, FILE_MAX // 2, ansi=True)
             screen, _ = await s.repaint()
-        except Exception as exc:
-            log.warning("session %s: cannot render its screen to save it: %s", s.id, exc,
-                        extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "state-failed"})
+        except Exception as exc:  # e.g. no fd left (EMFILE) for a lazy import
+            # Through report: once a minute, not a line per session and round.
+            self.report("state-render", f"cannot render session {s.id}'s screen to save "
+                        f"it: {exc}")
             return None
         rec = {**s.to_record(), "unit": s.unit, "boot": self.boot, "saved_at": time.time()}
         head = MAGIC + json.dumps(rec, separators=(",", ":")).encode() + b"\n"
