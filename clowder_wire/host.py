@@ -40,6 +40,10 @@ SESSION_FIELDS = (
     "id", "name", "pid", "unit", "state", "exit_code", "signal", "cols", "rows",
     "created", "uid", "cwd", "argv",
     "agent",  # started by clowder-control (optional: older hosts omit it)
+    # What ended it when the host did not see the program end: "reboot" (a session of
+    # a previous boot, kept on disk: ptyhostd/statedir.py) or "lost"; None otherwise
+    # (optional: older hosts omit it).
+    "ended_by",
 )
 
 # The sizes a session may have.  The screen model's cost grows with the cells drawn
@@ -81,6 +85,10 @@ class Spawn(Message):
     cols: int = 80
     rows: int = 24
     user: str | None = None  # only root may name another user
+    # The id of an ended session of the caller's whose last screen opens this one's
+    # output, followed by a one-line notice: an agent brought back after a reboot
+    # (clowder-control).  Optional: an older host ignores it.
+    resumes: str | None = None
 
 
 @register

@@ -53,7 +53,8 @@ AGENT = (
         "would, by shlex) or a list. Looked up on env's PATH, else the service's.",
         required=True),
     Key("resume", COMMAND, "Used instead of command when clowder-control brings the "
-        "agent back (e.g. claude --continue); same forms as command."),
+        "agent back (e.g. claude --continue), after a reboot too, where the new session "
+        "opens on the old one's last screen; same forms as command."),
     Key("cwd", "an absolute path", "The working directory (whether it exists is "
         "checked by clowderctl config check and on start, not by the parser).",
         required=True),

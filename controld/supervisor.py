@@ -341,7 +341,14 @@ class Supervisor:
                     self._adopt(rt, rec, role, found, f"{how} ({cause})")
                     continue
                 before = live.get(sid) if sid else None
-                if before is not None:
+                # A session of a previous boot (the host saved it: ptyhostd/statedir.py)
+                # did not end by itself: the agent comes back with its resume command
+                # whatever its restart policy, opening on the old session's last screen,
+                # which stays listed (ended by the reboot) until someone removes it.
+                rebooted = before is not None and before.get("ended_by") == "reboot"
+                if rebooted:
+                    why = "its session ended with the reboot"
+                elif before is not None:
                     ended = f"its session {describe_exit(before)}"
                     why = f"{ended} while clowder-control was away"
                     if not role:
@@ -356,8 +363,9 @@ class Supervisor:
                 else:
                     why = "it was not running"
                 resume = not role and (bool(sid) or bool(rec.layout.get("resume")))
-                await self._spawn(rt, rec, role, resume=resume, cause=f"{why} ({cause})")
-                if before is not None:
+                await self._spawn(rt, rec, role, resume=resume, cause=f"{why} ({cause})",
+                                  resumes=sid if rebooted else None)
+                if before is not None and not rebooted:
                     await self._forget(sid)
         # Plain sessions and other users' are listed by status; only a session named
         # like an agent's that is not one is logged (once, by _owned).
@@ -422,7 +430,9 @@ class Supervisor:
         self.event(rec.name, f"{role or 'agent'} {note}", "not-restarted")
 
     async def _spawn(self, rt: Runtime, rec: AgentRecord, role: str, resume: bool,
-                     cause: str) -> None:
+                     cause: str, resumes: Optional[str] = None) -> None:
+        """``resumes``: the id of the session of a previous boot whose last screen the
+        new one opens with (protocol.Spawn.resumes)."""
         spec = rt.spec
         if role:
             shell = next(s for s in spec.shells if s.name == role)
@@ -445,7 +455,7 @@ class Supervisor:
         try:
             reply = await self.host.request(protocol.Spawn(
                 argv=argv, name=session_name(spec.name, role or None), cwd=cwd, env=env,
-                cols=cols, rows=rows, user=user), protocol.SessionInfo)
+                cols=cols, rows=rows, user=user, resumes=resumes), protocol.SessionInfo)
         except HostError as exc:
             rec.cause = f"spawn failed: {exc}"
             self.event(spec.name, f"cannot spawn {role or 'agent'}: {exc}", "spawn-failed",

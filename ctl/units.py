@@ -64,6 +64,11 @@ TimeoutStopSec=30
 WatchdogSec={watchdog_sec}
 TimeoutAbortSec={abort_sec}
 LimitCORE=0
+# Each session's record and last screen, for the session list after a reboot
+# (ptyhostd/statedir.py): /var/lib/clowder-ptyhost, or the user manager's state
+# directory ($XDG_CONFIG_HOME/clowder-ptyhost on systemd 252: systemd.exec(5)).
+StateDirectory=clowder-ptyhost
+StateDirectoryMode=0700
 """
 
 # Longer than anything a healthy host blocks its loop for (docs/design.md, "The

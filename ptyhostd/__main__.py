@@ -43,7 +43,7 @@ from clowder_common.listener import Listener  # noqa: E402
 from clowder_common.log import add_argument as add_log_level  # noqa: E402
 from clowder_common.log import setup as setup_logging  # noqa: E402
 
-from . import engine, handoff, inputqueue, screenmemory, screenwork  # noqa: E402
+from . import engine, handoff, inputqueue, screenmemory, screenwork, statedir  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .manifest import SLOTS  # noqa: E402
@@ -162,7 +162,8 @@ async def _serve(args) -> None:
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user,
                                    max_sessions_per_user=args.max_sessions_per_user,
-                                   show_ended=args.show_ended), parked)
+                                   show_ended=args.show_ended,
+                                   state_dir=statedir.default_path()), parked)
     # Never closed or unlinked by us: systemd owns the socket and keeps it bound.
     for sock in listeners:
         Listener(loop, sock, lambda: Connection(host))  # lives as the loop's reader

@@ -77,11 +77,13 @@ class Adoption:
         # Before the sessions: what each attach client's input reached (inputseq.py).
         host.input_seq = inputseq.InputSeqTable.start(stored.pop(inputseq.NAME, []))
         await host._adopt(records, stored, save_now=not valid)
+        host._restore_saved()
         if host.start_cause == "restart":
             host.save()  # without the mark: a crash from now on is not a restart
         for fd in stored.get(handoff.SCREENS, []):
             host._spawn_task(host._seed_screens(handoff.unpack_screens(fd)))
         host._spawn_task(host.keep_screens())
+        host._spawn_task(host.state_dir.keep(host))
         host._spawn_task(host.fit_screens())
         return host
 
@@ -140,6 +142,43 @@ class Adoption:
         log.info("adopted %d sessions (%d running)", len(self.sessions), live,
                  extra={"CLOWDER_CAUSE": "start", "CLOWDER_START": self.start_cause,
                         **events.fields("host-started")})
+
+    def _restore_saved(self) -> None:
+        """Sessions saved on disk (statedir.py) that the FD store did not give back: of
+        a previous boot, ended by the reboot; of this boot, lost (the store was
+        flushed).  Each becomes an ended session with its saved screen as its backlog,
+        so ps, snapshot, history, attach and rm work on it as on any ended one, with
+        the same ownership rules.  Saved ends stay as they were."""
+        restored = 0
+        for rec, body in self.state_dir.load(skip=self.sessions.keys()):
+            sid = rec["id"]
+            if sid in self.sessions or not _SESSION_ID.fullmatch(sid):
+                continue  # adopted from the FD store: alive, and its file is refreshed
+            try:
+                ring = Ring.create(sid, len(body) + 2 * 64 * 1024)
+                ring.put(body)
+            except OSError as exc:
+                self.state_dir.report("state-restore", f"session {sid}: {exc}")
+                continue
+            s = self._session_from(sid, {**rec, "pid": 0}, ring, None)
+            if s.state in ("starting", "running"):
+                s.ended_by = "reboot" if rec.get("boot") != self.state_dir.boot else "lost"
+                s.exit_status = "lost"
+                s.ended_at = rec.get("saved_at") if isinstance(
+                    rec.get("saved_at"), (int, float)) else time.time()
+                s.seen = False
+                why = "the service manager started again (a reboot)" \
+                    if s.ended_by == "reboot" else "the FD store did not have it"
+                s.set_state("lost", f"saved on disk while running; {why}")
+            fdstore.park(f"r.{sid}", ring.fd.fd)
+            self.sessions[sid] = s
+            self.state_dir.restored(sid, (ring.head, s.record_json()))
+            restored += 1
+        if restored:
+            log.info("%d sessions restored from the state directory %s", restored,
+                     self.state_dir.path, extra={"CLOWDER_CAUSE": "state-restored"})
+            self._enforce_exited_cap()
+            self.save()
 
     def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int]
                    ) -> Optional[Session]:
@@ -244,7 +283,8 @@ class Adoption:
             "exit_code": field("exit_code", int, None), "signal": field("signal", int, None),
             "ended_at": field("ended_at", (int, float), None), "pid": field("pid", int, 0),
             "agent": rec.get("agent") if isinstance(rec, dict) else False,
-            "seen": rec.get("seen") if isinstance(rec, dict) else False},
+            "seen": rec.get("seen") if isinstance(rec, dict) else False,
+            "ended_by": rec.get("ended_by") if isinstance(rec, dict) else None},
             ring, master)
 
     def _session_of(self, sid: str, rec: dict, ring: Ring, master: Optional[Fd]) -> Session:
@@ -266,6 +306,8 @@ class Adoption:
         s.signal = rec.get("signal")
         s.ended_at = rec.get("ended_at")
         s.seen = rec.get("seen") is True
+        ended_by = rec.get("ended_by")
+        s.ended_by = ended_by if ended_by in ("reboot", "lost") else None
         s.pid = max(0, int(rec.get("pid") or 0))
         if s.state in ("starting", "running"):
             s.events = SessionEvents(s, self.bus, self.loop)  # idle until it prints

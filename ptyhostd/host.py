@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import clowder_wire as protocol
 from clowder_common import events, fdlimit, sdnotify
 
-from . import fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv
+from . import fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv, statedir
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import Manifest
 from .pidwatch import PidWatch
@@ -52,6 +52,9 @@ class Config:
     # Running sessions one non-root uid may have: one user takes at most 1/8 of the
     # store's 8,190 sessions (FileDescriptorStoreMax=16384, two fds each).
     max_sessions_per_user: int = 1024
+    # Where sessions' records and last screens are saved for the next boot
+    # (statedir.py); None: nowhere.
+    state_dir: Optional[str] = None
 
 
 class Host(Adoption):
@@ -80,6 +83,8 @@ class Host(Adoption):
         self.start_cause = "start"  # why this host started (Adoption.start)
         manager.on_reconnect = self._after_reconnect
         self.bus = EventBus()  # what `clowderctl events` watches (eventbus.py)
+        self.state_dir = statedir.StateDir(config.state_dir, statedir.boot_key())
+        self._down_lock = asyncio.Lock()  # see _going_down
 
     # --- the terminal models, kept current while sessions are quiet ----------------------
 
@@ -240,9 +245,12 @@ class Host(Adoption):
             if exc.errno in fdlimit.EXHAUSTED:
                 raise RequestError(self._out_of_fds("a pty"), "capacity") from exc
             raise RequestError(str(exc), "pty") from exc
+        seed = self._resumed_screen(req.resumes, uid, req.rows)
         try:
             pty.set_size(master.fd, req.cols, req.rows)
             ring = Ring.create(sid, self.config.backlog_bytes)
+            if seed:
+                ring.put(seed[-(self.config.backlog_bytes // 2):])
         except OSError as exc:
             master.close()
             slave.close()
@@ -303,6 +311,21 @@ class Host(Adoption):
             self._on_pid_exit(s)
         self.save()
         return s
+
+    def _resumed_screen(self, resumes: Optional[str], uid: int, rows: int) -> bytes:
+        """What opens a resumed agent's output: the last screen of the session it
+        resumes (one of the same owner's, ended by a reboot) and a notice on its last
+        row, the cursor left where the screen had it.  The program's first drawing
+        replaces both; until then an attach shows them (its repaint is of this)."""
+        if not resumes:
+            return b""
+        old = self.sessions.get(resumes) if isinstance(resumes, str) else None
+        if old is None or old.uid != uid or old.ended_by != "reboot":
+            return b""  # not the caller's, or nothing to show: spawn without it
+        when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(old.ended_at or 0))
+        notice = f"clowder: last screen before the reboot at {when}; the agent was resumed"
+        return (old.ring.read(old.ring.tail) + b"\x1b[0m\x1b7"
+                + f"\x1b[{rows};1H\x1b[2K\x1b[7m{notice}\x1b[0m".encode() + b"\x1b8")
 
     def _check_name_free(self, name: str, uid: int, keep: Optional[Session] = None) -> None:
         """Refuse a name one of the user's running sessions has (``attach NAME`` would be
@@ -376,11 +399,34 @@ class Host(Adoption):
         s.unwatch_pid()
         self._spawn_task(self._finish(s))
 
+    async def _going_down(self) -> bool:
+        """Whether the service manager is going down (a poweroff or reboot); the first
+        time it is, the sessions' files are written as they are now and then kept as
+        they are (statedir.py): the ends that follow (systemd stops session units
+        before or while it stops us) are the reboot's, not the programs'."""
+        async with self._down_lock:  # the other ends wait for the files to be written
+            if self.state_dir.frozen:
+                return True
+            try:
+                going_down = await self.manager.system_state() == "stopping"
+            except ManagerError as exc:
+                log.warning("cannot tell whether the system is going down: %s", exc)
+                return False
+            if going_down:
+                await self.state_dir.save_round(self, force=True)
+                self.state_dir.frozen = True
+                log.info("the system is going down: %d sessions saved in %s for the next "
+                         "boot", len(self.sessions), self.state_dir.path,
+                         extra={"CLOWDER_CAUSE": "state-saved"})
+            return going_down
+
     async def _finish(self, s: Session) -> None:
         if s.state != "running" or s.id in self._finishing:
             return  # already ended, or its end is being recorded (pidfd and reconnect)
         self._finishing.add(s.id)
         try:
+            if self.state_dir.dir is not None:
+                await self._going_down()  # before this end is recorded
             try:
                 state = await self.manager.wait_finished(s.unit)
             except Exception as exc:  # any failure still ends it, status unknown
@@ -461,6 +507,7 @@ class Host(Adoption):
         s.close_fds(keep_ring=False)
         fdstore.unpark(f"r.{s.id}")
         self.input_seq.forget(s.id)
+        self.state_dir.remove(s.id)
 
     # --- requests on running sessions ---------------------------------------------------
 
@@ -625,6 +672,7 @@ class Host(Adoption):
                      len(self.sessions), extra={"CLOWDER_CAUSE": job or "signal",
                                                 **events.fields("host-exiting")})
             return
+        await self._going_down()
         log.info("stopping: ending every session",
                  extra={"CLOWDER_CAUSE": "stop", **events.fields("host-stopping")})
         running = [s for s in self.sessions.values() if s.state == "running"]

@@ -482,6 +482,15 @@ class Manager:
         (jtype,) = await self._call(jaddr, "Get", "ss", (_SYSTEMD + ".Job", "JobType"))
         return jtype[1]
 
+    async def system_state(self) -> str:
+        """The manager's SystemState: "stopping" while it goes down (a poweroff or
+        reboot, or a user manager's own end), else "running", "degraded", ..."""
+        (value,) = await self._call(DBusAddress("/org/freedesktop/systemd1", bus_name=_SYSTEMD,
+                                                interface=_PROPS), "Get", "ss",
+                                    (_SYSTEMD + ".Manager", "SystemState"),
+                                    what="reading the manager's state")
+        return value[1]
+
     async def fd_store(self) -> tuple[int, int]:
         """(FileDescriptorStoreMax, NFileDescriptorStore) of our own unit, as systemd has
         them now: a daemon-reload changes the max of the running service at once."""

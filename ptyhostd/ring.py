@@ -162,6 +162,21 @@ class Ring:
             self.stamps.note(head, self.tail)
         return got
 
+    def put(self, data: bytes) -> None:
+        """Append ``data`` (a saved screen opening a restored or resumed session's ring,
+        before any pty is read into it), a guard's worth at a time as a read would."""
+        view = memoryview(data)
+        while view:
+            chunk, view = view[:self.guard], view[self.guard:]
+            head = self.head
+            at = 0
+            for v in self._region(head, len(chunk)):
+                v[:] = chunk[at:at + len(v)]
+                at += len(v)
+            self.head = head + len(chunk)
+            _Q.pack_into(self._mm, _OFF_HEAD, self.head)
+            self.stamps.note(head, self.tail)
+
     @property
     def tail(self) -> int:
         """The oldest absolute offset still held."""

@@ -249,6 +249,8 @@ class Session:
         self.exit_code: Optional[int] = None
         self.signal: Optional[int] = None
         self.ended_at: Optional[float] = None
+        # "reboot": a session of a previous boot, made from its saved file (statedir.py).
+        self.ended_by: Optional[str] = None
         self.seen = False  # its owner was told how it ended (kept in the manifest)
         self.killed_at = 0.0  # monotonic time of the last Kill: a Remove waits for its end
         self.pidfd: Optional[Fd] = None
@@ -287,7 +289,7 @@ class Session:
             "uid": self.uid, "cols": self.cols, "rows": self.rows, "created": self.created,
             "state": self.state, "pid": self.pid, "exit_status": self.exit_status,
             "exit_code": self.exit_code, "signal": self.signal, "ended_at": self.ended_at,
-            "agent": self.agent, "seen": self.seen,
+            "agent": self.agent, "seen": self.seen, "ended_by": self.ended_by,
         }
 
     def record_json(self) -> str:
@@ -297,7 +299,7 @@ class Session:
         session each time made a change cost milliseconds at 1,000 sessions.
         """
         key = (self.name, self.state, self.pid, self.exit_status, self.exit_code,
-               self.signal, self.ended_at, self.cols, self.rows, self.seen)
+               self.signal, self.ended_at, self.cols, self.rows, self.seen, self.ended_by)
         if key != self._json_key:
             self._json_key = key
             self._json = json.dumps(self.to_record(), separators=(",", ":"))
@@ -310,6 +312,7 @@ class Session:
             "state": self.state, "exit_code": self.exit_code, "signal": self.signal,
             "cols": self.cols, "rows": self.rows, "created": self.created, "uid": self.uid,
             "cwd": self.cwd, "argv": self.argv, "agent": self.agent,
+            "ended_by": self.ended_by,
         }
 
     def exited_message(self) -> protocol.Exited:

@@ -502,6 +502,7 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
     run(["dpkg", "--purge", "clowder"])
     assert run(["dpkg", "-s", "clowder"], check=False).returncode != 0
     assert not os.path.exists("/var/lib/clowder")
+    assert not os.path.exists("/var/lib/clowder-ptyhost")
     assert old_version != new_version
 
 

@@ -11,6 +11,7 @@ and every write inside vanishes at stop. Recipe: /work/shared/notes/systemd.md, 
         boot, run CMD inside as root, power off, clean up; exit with CMD's exit code
         (128+N if CMD died of signal N; 125 if the instance itself failed)
     sysinstance.py start [--name N] [--timeout S]   boot and leave running; print pid, state dir
+        (run and start: --keep DIR:PATH binds DIR over PATH inside at boot: kept across boots)
     sysinstance.py exec --name N [--cwd DIR] [--env K=V]... -- CMD...   run CMD in it
     sysinstance.py stop --name N                    power off and clean up (also stale state)
 
@@ -35,6 +36,7 @@ that installs or uses them inside must `systemctl unmask` them first.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import secrets
@@ -173,8 +175,11 @@ def prepare_etc(root: Path, name: str) -> None:
     (conf / "clowder-sysinstance.conf").write_text(JOURNALD_CONF)
 
 
-def stage2(name: str, host_mntns: str) -> None:
-    """Build the overlay root in this private mount namespace and exec systemd as PID 1."""
+def stage2(name: str, host_mntns: str, kept: str = "[]") -> None:
+    """Build the overlay root in this private mount namespace and exec systemd as PID 1.
+
+    ``kept``: JSON list of [directory here, path inside] bound into the instance, so
+    what is written there outlives it (a test's "reboot": two boots, one directory)."""
     # Every guard below protects the host: this code mounts and writes as root.
     if os.getpid() != 1:
         sys.exit("sysinstance stage2: refusing to run: not PID 1 of a new pid namespace")
@@ -210,6 +215,12 @@ def stage2(name: str, host_mntns: str) -> None:
     for path, mode in (("run", "755"), ("tmp", "1777"), ("var/log/journal", "2755")):
         (root / path).mkdir(parents=True, exist_ok=True)
         mount("tmpfs", root / path, f"mode={mode},nosuid,nodev")
+    for src, dest in json.loads(kept):
+        # Only absolute paths, and never over the instance's own guarded mounts.
+        if not (src.startswith("/") and dest.startswith("/") and ".." not in dest.split("/")):
+            sys.exit(f"sysinstance stage2: bad kept directory {src!r} -> {dest!r}")
+        (root / dest.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        sh("mount", "--bind", src, str(root / dest.lstrip("/")))
     prepare_etc(root, name)
 
     os.chdir(root)
@@ -262,13 +273,17 @@ def kill_entered(proc: subprocess.Popen) -> None:
 class Instance:
     """A private systemd system instance: start(), exec(), stop(); also a context manager."""
 
-    def __init__(self, name: str | None = None, boot_timeout: float = 30.0):
+    def __init__(self, name: str | None = None, boot_timeout: float = 30.0,
+                 kept: tuple[tuple[str, str], ...] = ()):
+        """``kept``: (directory here, path inside) pairs bound into the instance at each
+        boot, e.g. a state directory that must outlive a poweroff (tests/test_reboot.py)."""
         self.name = name or f"run-{secrets.token_hex(4)}"
         if not NAME_RE.fullmatch(self.name):
             raise InstanceError(f"bad instance name {self.name!r}: use letters, digits and '-'")
         self.state = STATE_ROOT / self.name
         self.cgroup = cgroup2_mount() / f"clowder-sysinstance-{self.name}"
         self.boot_timeout = boot_timeout
+        self.kept = [[os.path.abspath(src), dest] for src, dest in kept]
         self._launcher: subprocess.Popen | None = None
 
     def __enter__(self) -> Instance:
@@ -309,7 +324,7 @@ class Instance:
     def _launch(self) -> None:
         """Start script(1) -> unshare -> stage 2 inside the instance's own cgroup."""
         stage = [sys.executable, "-I", os.path.abspath(__file__), "_stage2", self.name,
-                 os.readlink("/proc/self/ns/mnt")]
+                 os.readlink("/proc/self/ns/mnt"), json.dumps(self.kept)]
         unshare = ["unshare", "--mount", "--propagation", "private", "--pid", "--fork",
                    "--kill-child", "--uts", "--ipc", "--net", "--cgroup", *stage]
         # script gives systemd a real tty for /dev/console and records it in console.log.
@@ -529,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one subcommand."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_stage2"]:  # internal: the PID 1 side, started by Instance._launch
-        stage2(argv[1], argv[2])
+        stage2(*argv[1:4])
     parser = argparse.ArgumentParser(description="Boot a private systemd system instance "
                                      "over an overlay of / and run commands in it.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -540,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in (p_run, p_start):
         p.add_argument("--name", help="instance name, also its hostname (default: run-RANDOM)")
         p.add_argument("--timeout", type=float, default=30.0, help="boot deadline in seconds")
+        p.add_argument("--keep", action="append", default=[], metavar="DIR:PATH",
+                       help="bind DIR (here) over PATH inside, so what is written there "
+                            "outlives the instance (e.g. a state directory across a "
+                            "poweroff and a second boot); repeatable")
     for p in (p_exec, p_stop):
         p.add_argument("--name", required=True)
     for p in (p_run, p_exec):
@@ -551,8 +570,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, raise_exit)
 
     try:
+        kept = tuple(tuple(k.split(":", 1)) for k in getattr(args, "keep", []))
+        if any(len(k) != 2 for k in kept):
+            raise InstanceError("--keep takes DIR:PATH")
         if args.command == "start":
-            inst = Instance(args.name, boot_timeout=args.timeout).start()
+            inst = Instance(args.name, boot_timeout=args.timeout, kept=kept).start()
             print(inst.pid, inst.state)
             return 0
         if args.command == "stop":
@@ -564,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         env = parse_env(args.env)
         if args.command == "exec":
             return run_foreground(Instance(args.name), args.cmd, args.cwd, env)
-        with Instance(args.name, boot_timeout=args.timeout) as inst:
+        with Instance(args.name, boot_timeout=args.timeout, kept=kept) as inst:
             return run_foreground(inst, args.cmd, args.cwd, env)
     except InstanceError as exc:
         print(f"sysinstance: {exc}", file=sys.stderr)

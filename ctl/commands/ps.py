@@ -15,7 +15,8 @@ COLUMNS = ("id", "name", "pid", "unit", "state", "exit", "size", "created")
 EPILOG = """\
 --json prints one array of sessions, oldest first, each an object with id, name, pid,
   uid, unit, state ("running", "exited", "killed", ...), exit_code, signal, cols, rows,
-  created (seconds since the epoch), cwd, argv and agent, as the PTY host reports them.
+  created (seconds since the epoch), cwd, argv, agent and ended_by ("reboot": a session
+  of a previous boot, its last screen kept; else null), as the PTY host reports them.
 
 Over several hosts (--host A --host B, or the client configuration's hosts:), one table
   with a HOST column (when more than one), each host asked at once; a host that does not
@@ -39,6 +40,8 @@ def add_parser(sub):
 
 
 def exit_text(s: dict) -> str:
+    if s.get("ended_by"):  # "reboot": a session of a previous boot, its last screen kept
+        return s["ended_by"]
     if s.get("signal") is not None:
         return f"sig{s['signal']}"
     return "" if s.get("exit_code") is None else str(s["exit_code"])
