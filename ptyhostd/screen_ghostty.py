@@ -356,19 +356,39 @@ class GhosttyScreen:
             with _Copy(self) as primary:
                 primary.feed(_TO_PRIMARY[self._term.mode(1049)])
                 return primary.history_lines(count, ansi)
+        # Only the last rows are formatted, not the whole scrollback (a 2 MiB share of
+        # coloured cells is tens of MB of VT text: every `history`, and the state
+        # directory's saves, made and dropped it): enough rows for ``count`` lines and
+        # the screen's trailing blank rows, twice as many while soft-wrapped lines make
+        # that too few.  The first line of a part may be the tail of a wrapped one: dropped.
+        total = self._term.get("total_rows", "size_t")
+        want = count + self._rows + 1
+        while True:
+            first = max(0, total - want)
+            lines = self._lines(ansi, first)
+            if first > 0:
+                lines = lines[1:]
+            if len(lines) >= count or first == 0:
+                return lines[-count:]
+            want *= 2
+
+    def _lines(self, ansi: bool, first: int) -> list[str]:
+        """The lines from the screen row ``first`` (counted from the top of the
+        scrollback) to the end, soft wraps joined, trailing blank ones left out."""
+        box = (0, first, self._cols - 1, self._rows - 1)
         if ansi:
-            vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, unwrap=True, whole=True)
+            vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, unwrap=True, whole=True, box=box)
             lines = [line + "\x1b[0m" if "\x1b" in line and not line.endswith("\x1b[0m")
                      else line
                      for line in vt.decode("utf-8", "replace").split("\r\n")]
             while lines and not _SGR.sub("", lines[-1]).strip():
                 lines.pop()
-            return lines[-count:]
-        text = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN, unwrap=True, whole=True)
+            return lines
+        text = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN, unwrap=True, whole=True, box=box)
         lines = [line.rstrip() for line in text.decode("utf-8", "replace").split("\n")]
         while lines and not lines[-1]:
             lines.pop()
-        return lines[-count:]
+        return lines
 
     def format(self, emit: int, extras: bool = False, tail: bool = True,
                wide: bool = True, box: Optional[tuple] = None, unwrap: bool = False,
