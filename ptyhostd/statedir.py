@@ -14,8 +14,8 @@ their scrollback - is written here (``StateDirectory=clowder-ptyhost``: systemd 
 
 Bounds (docs/design.md "Across a reboot"): a file is rewritten at most every INTERVAL
 seconds and only when the session's output, size, name or state changed; one file is at
-most FILE_MAX bytes; one round writes at most ROUND_BUDGET bytes (the rest wait for the
-next round, least recently saved first); the directory holds at most TOTAL_MAX bytes
+most FILE_MAX bytes; one round writes at most ROUND_BUDGET bytes and makes files for at
+most ROUND_SECONDS (the rest wait for the next round, least recently saved first); the directory holds at most TOTAL_MAX bytes
 (past it the files of the sessions that ended longest ago go first).  The text is made
 in the screen pool (the model's own worker), the file written in a thread: never on the
 byte path nor on the event loop.  Writes are atomic: a temporary file, fsync, rename.
@@ -52,6 +52,11 @@ INTERVAL = 5.0  # seconds between two writes of one session's file, at least
 TAIL_LINES = 2000  # scrollback lines kept
 FILE_MAX = 256 * 1024  # one session's file at most
 ROUND_BUDGET = 1 << 20  # written in one round (every INTERVAL) at most, all sessions
+# Time one round may spend making files (the model's scrollback and repaint, in the
+# screen pool; with pyte, its catch-up too): past it the rest wait for the next round,
+# least recently saved first.  So saving takes at most ROUND_SECONDS / INTERVAL (2%) of
+# the time, whatever the number of sessions and their output.
+ROUND_SECONDS = 0.1
 TOTAL_MAX = 64 << 20  # the directory at most (default of $CLOWDER_STATE_BYTES)
 READ_MAX = FILE_MAX + 64 * 1024  # a file larger than this is not read (not ours)
 REPORT_EVERY = 60.0  # seconds: one journal line per cause at most
@@ -247,12 +252,15 @@ class StateDir:
                     if s.state in ("running", "exited", "lost")]
         sessions.sort(key=lambda s: self._saved_at.get(s.id, 0.0))
         budget = ROUND_BUDGET
+        until = time.monotonic() + ROUND_SECONDS
         for s in sessions:
             if s.id not in host.sessions:
                 continue  # removed meanwhile
             key = (s.ring.head, s.record_json())
             if self._saved.get(s.id) in (key, TRIMMED):
                 continue
+            if not force and time.monotonic() > until:
+                break  # the rest next round, least recently saved first
             data = await self._render(s)
             if data is None or s.id not in host.sessions or self.frozen and not force:
                 continue
