@@ -305,34 +305,33 @@ class _ViaHostId:
         return argv[:i] + argv[i + 2:]
 
 
+def _type_through(a, first: bytes, word: str, what: str) -> None:
+    """Attached through a fleet name: the screen shows ``first``, a typed command runs
+    in the session's shell, and the detach key ends the client with 0."""
+    from test_attach import DETACH
+    try:
+        a.wait_raw()
+        a.expect(first, what=what)
+        a.type(f"echo {word}-$((6*7))\r".encode())
+        a.expect(f"{word}-42".encode(), what=f"typed input run there ({word})")
+        a.type(DETACH)
+        assert a.finish() == 0
+    finally:
+        a.close()
+
+
 def test_attach_host_id_and_agent_through_the_fleets_names(fleet):
-    from test_attach import DETACH, Attach
+    from test_attach import Attach
     fleet.b.write_config("agents:\n" + agent_yaml(
         "job", "sh -c 'echo agent-up; PS1=\"job$ \" exec sh -i'"))
     fleet.b.wait_running("job")
     sid = fleet.b.ctl("spawn", "--cwd", WORKDIR, "--", "sh", "-c",
                       "echo plain-up; PS1='plain$ ' exec sh -i").stdout.decode().strip()
     via = _ViaHostId(fleet)
-    a = Attach(via, f"{fleet.b.target}:{sid}")
-    try:
-        a.wait_raw()
-        a.expect(b"plain-up", what="the session's screen on box b, through HOST:ID")
-        a.type(b"echo typed-$((6*7))\r")
-        a.expect(b"typed-42", what="typed input run by the session's shell")
-        a.type(DETACH)
-        assert a.finish() == 0
-    finally:
-        a.close()
-    a = Attach(via, f"{fleet.b.target}:job", "--agent")
-    try:
-        a.wait_raw()
-        a.expect(b"agent-up", what="the agent's screen on box b, through HOST:AGENT")
-        a.type(b"echo agent-$((6*7))\r")
-        a.expect(b"agent-42", what="typed input run by the agent's shell")
-        a.type(DETACH)
-        assert a.finish() == 0
-    finally:
-        a.close()
+    _type_through(Attach(via, f"{fleet.b.target}:{sid}"), b"plain-up", "typed",
+                  "the session's screen on box b, through HOST:ID")
+    _type_through(Attach(via, f"{fleet.b.target}:job", "--agent"), b"agent-up", "agent",
+                  "the agent's screen on box b, through HOST:AGENT")
     snap = subprocess.run([PYTHON, "-m", "ctl", "snapshot", f"{fleet.b.target}:{sid}"],
                           env=fleet.env, capture_output=True, timeout=60, cwd="/")
     assert b"typed-42" in _ok(snap).encode()
