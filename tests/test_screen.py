@@ -729,3 +729,38 @@ def test_ghostty_cells_read_by_bits_are_what_its_api_says():
         C._AGREED.update(saved[0])
         C._BITS_DISAGREED[:] = saved[1]
     assert by_bits == by_api
+
+
+@pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not installed")
+def test_history_of_the_last_rows_is_the_whole_scrollbacks_last_lines():
+    """ghostty's ``history_lines`` formats only the rows it needs (screen_ghostty.py):
+    its lines are the last ones of the whole scrollback's, plain and with SGR, whatever
+    the wrapping, the colours and the blank rows below."""
+    from ptyhostd import screen_ghostty as g
+
+    def whole(s, count: int, ansi: bool) -> list[str]:
+        return s._lines(ansi, 0)[-count:]
+
+    # Every line wrapped over four rows: the first part formatted holds too few lines,
+    # and starts inside one.
+    s = g.GhosttyScreen(80, 24)
+    s.feed(b"".join(b"L%d:" % i + b"w" * 242 + b"\r\n" for i in range(300)))
+    for count in (1, 24, 100, 2000):
+        assert s.history_lines(count) == whole(s, count, False), count
+    assert s.history_lines(100)[0].startswith("L200:")
+    rng = random.Random(5)
+    for _ in range(40):
+        cols, rows = rng.choice([(20, 5), (80, 24), (40, 10)])
+        s = g.GhosttyScreen(cols, rows)
+        out = []
+        for i in range(rng.randint(0, 400)):
+            n = rng.choice([0, 3, 10, cols - 1, cols, cols + 5, 3 * cols + 2])
+            pen = rng.choice([b"", b"\x1b[31m", b"\x1b[1;44m", b"\x1b[0m"])
+            out.append(pen + b"%d:" % i + b"w" * n + rng.choice([b"\r\n", b"\r\n\r\n", b""]))
+        if rng.random() < 0.3:
+            out.append(b"\x1b[2J\x1b[H tail")
+        s.feed(b"".join(out))
+        for count in (1, 5, 30, 100, 2000):
+            for ansi in (False, True):
+                assert s.history_lines(count, ansi) == whole(s, count, ansi), \
+                    (cols, rows, count, ansi)
