@@ -51,6 +51,7 @@ class Attach:
             stderr=subprocess.PIPE if separate_stderr else slave,
             env=host.env, cwd="/", start_new_session=True,
             preexec_fn=_take_controlling_tty)
+        self.tty = os.ttyname(slave)
         os.close(slave)  # only the child holds it now: its exit is our EOF
         self.out = bytearray()
         self.pos = 0
@@ -74,6 +75,18 @@ class Attach:
 
     def type(self, data: bytes) -> None:
         os.write(self.master, data)
+
+    def unread(self) -> int:
+        """Bytes typed that the client has not read yet (the terminal's input queue)."""
+        fd = os.open(self.tty, os.O_RDWR | os.O_NOCTTY)  # not kept: EOF needs it closed
+        try:
+            return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        finally:
+            os.close(fd)
+
+    def wait_read(self) -> None:
+        """Wait until the client has read everything typed so far."""
+        wait_for(lambda: self.unread() == 0, 10, "clowderctl attach to read what was typed")
 
     # --- reading ----------------------------------------------------------------------
 

@@ -16,7 +16,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -58,9 +57,9 @@ def test_detach_key_in_each_encoding_detaches(host, attach, parts):
     a.expect(b"before-3", what="the shell's answer before the detach")
     for i, part in enumerate(parts):
         if i:
-            # Not asserting on time: the pause only makes the client read the first
-            # part on its own (it waits for the rest as long as the sequence is whole).
-            time.sleep(0.1)
+            # The client reads the first part on its own (and waits for the rest, as
+            # long as the sequence is whole) before the next is typed.
+            a.wait_read()
         a.type(part)
     assert a.finish() == 0, "the key did not detach"
     assert b"detached" in a.stderr()

@@ -23,6 +23,7 @@ import time
 import pytest
 
 from conftest import PYTHON, ROOT, Env, ensure_user, wait_for
+from dirwatch import Renames
 from test_attach import Attach
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -217,34 +218,26 @@ def test_a_full_state_directory_is_reported_and_the_host_serves(systemd_required
 
 
 def test_a_flooding_session_does_not_make_the_host_write_more_than_its_bound(host):
-    """Hostile: three sessions flood for ~12 s; every version of every file is seen
-    (a rename makes a new inode) and counted: at most one write per session and
-    INTERVAL, each at most FILE_MAX, at most ROUND_BUDGET a round."""
+    """Hostile: three sessions flood for ~12 s; every write of every file is seen (inotify
+    reports each rename of a finished temporary file) and counted: at most one write per
+    session and INTERVAL, each at most FILE_MAX, at most ROUND_BUDGET a round."""
     flood = "while :; do echo \"$(date +%N) flooding the terminal with text\"; done"
-    sids = [host.spawn("sh", "-c", flood) for _ in range(3)]
     where = os.path.join(state_dir(host), statedir.SUBDIR)
-    seen: dict[int, tuple[str, int]] = {}  # inode -> (name, size)
-    start = time.monotonic()
     seconds = 12.0
-    while time.monotonic() - start < seconds:
-        for name in os.listdir(where):
-            try:
-                st = os.stat(os.path.join(where, name))
-            except FileNotFoundError:
-                continue
-            if name.endswith(statedir.SUFFIX):
-                seen[st.st_ino] = (name, max(st.st_size, seen.get(st.st_ino, ("", 0))[1]))
-        time.sleep(0.02)
+    with Renames(where) as renames:
+        sids = [host.spawn("sh", "-c", flood) for _ in range(3)]
+        written = renames.collect(seconds)
     for sid in sids:
         host.ctl("kill", sid)
-    mine = {ino: v for ino, v in seen.items() if v[0][:-len(statedir.SUFFIX)] in sids}
+    mine = [(name, size) for name, size in written
+            if name.endswith(statedir.SUFFIX) and name[:-len(statedir.SUFFIX)] in sids]
     assert mine, "nothing of the flooding sessions was saved"
     rounds = seconds / statedir.INTERVAL + 1
     for sid in sids:
-        writes = [size for name, size in mine.values() if name.startswith(sid)]
+        writes = [size for name, size in mine if name.startswith(sid)]
         assert len(writes) <= rounds + 1, (sid, len(writes), rounds)
         assert max(writes or [0]) <= statedir.FILE_MAX, (sid, writes)
-    total = sum(size for _, size in mine.values())
+    total = sum(size for _, size in mine)
     assert total <= statedir.ROUND_BUDGET * (rounds + 1), total
     from conftest import SUMMARY
     SUMMARY.append(f"test_reboot flood: {len(mine)} files written, {total} bytes in "
