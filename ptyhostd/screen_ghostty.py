@@ -344,47 +344,55 @@ class GhosttyScreen:
         """One ``ghostty_terminal_get`` value by its GHOSTTY_TERMINAL_DATA_ suffix."""
         return self._term.get(key, ctype)
 
-    def history_lines(self, count: int, ansi: bool = False) -> list[str]:
+    def history_lines(self, count: int, ansi: bool = False,
+                      scrollback: bool = False) -> list[str]:
         """The last ``count`` lines of the primary screen as a terminal's scrollback has
         them: what scrolled off the top, then the screen's rows (trailing blank ones
         left out), soft wraps joined, as plain text.  A line redrawn in place is there
         once, as last drawn; the alternate screen's content never is.  ``ansi``: each
-        line with its SGR (colours, attributes), ending with a reset."""
+        line with its SGR (colours, attributes), ending with a reset.  ``scrollback``:
+        only what scrolled off, not the screen's rows (the state directory saves those
+        as the repaint: both would show them twice)."""
         if count <= 0:
             return []
         if self.alt:
             with _Copy(self) as primary:
                 primary.feed(_TO_PRIMARY[self._term.mode(1049)])
-                return primary.history_lines(count, ansi)
+                return primary.history_lines(count, ansi, scrollback)
         # Only the last rows are formatted, not the whole scrollback (a 2 MiB share of
         # coloured cells is tens of MB of VT text: every `history`, and the state
         # directory's saves, made and dropped it): enough rows for ``count`` lines and
         # the screen's trailing blank rows, twice as many while soft-wrapped lines make
         # that too few.  The first line of a part may be the tail of a wrapped one: dropped.
         total = self._term.get("total_rows", "size_t")
-        want = count + self._rows + 1
+        end = total - self._rows if scrollback else None  # the screen's first row
+        if end == 0:
+            return []
+        want = count + (0 if scrollback else self._rows) + 1
         while True:
-            first = max(0, total - want)
-            lines = self._lines(ansi, first)
+            first = max(0, (end or total) - want)
+            lines = self._lines(ansi, first, end)
             if first > 0:
                 lines = lines[1:]
             if len(lines) >= count or first == 0:
                 return lines[-count:]
             want *= 2
 
-    def _lines(self, ansi: bool, first: int) -> list[str]:
-        """The lines from the screen row ``first`` (counted from the top of the
-        scrollback) to the end, soft wraps joined, trailing blank ones left out."""
-        box = (0, first, self._cols - 1, self._rows - 1)
+    def _lines(self, ansi: bool, first: int, end: Optional[int] = None) -> list[str]:
+        """The lines from the row ``first`` (counted from the top of the scrollback) to
+        the end, or to the row ``end`` (not included; same count), soft wraps joined,
+        trailing blank ones left out."""
+        box = (0, first, self._cols - 1, self._rows - 1 if end is None else end - 1)
+        whole = "scrollback" if end is not None else True
         if ansi:
-            vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, unwrap=True, whole=True, box=box)
+            vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, unwrap=True, whole=whole, box=box)
             lines = [line + "\x1b[0m" if "\x1b" in line and not line.endswith("\x1b[0m")
                      else line
                      for line in vt.decode("utf-8", "replace").split("\r\n")]
             while lines and not _SGR.sub("", lines[-1]).strip():
                 lines.pop()
             return lines
-        text = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN, unwrap=True, whole=True, box=box)
+        text = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN, unwrap=True, whole=whole, box=box)
         lines = [line.rstrip() for line in text.decode("utf-8", "replace").split("\n")]
         while lines and not lines[-1]:
             lines.pop()
@@ -392,14 +400,15 @@ class GhosttyScreen:
 
     def format(self, emit: int, extras: bool = False, tail: bool = True,
                wide: bool = True, box: Optional[tuple] = None, unwrap: bool = False,
-               whole: bool = False) -> bytes:
+               whole: "bool | str" = False) -> bytes:
         """The active area through ghostty's formatter (VT: cells with their SGR):
         ``extras`` adds the terminal state a repaint needs (modes, margins, tab stops,
         keys, cursor, pen, charsets); ``tail=False`` leaves out what the formatter
         writes after the cells (margins, cursor, pen, key flags, charsets);
         ``wide=False`` leaves out the terminal-wide modes and margins; ``box``: only the
         cells from (x0, y0) to (x1, y1) instead of the whole area; ``whole``: from the
-        top of the scrollback to the end of the active area; ``unwrap``: soft-wrapped
+        top of the scrollback to the end of the active area ("scrollback": both corners
+        of ``box`` counted from the top of the scrollback); ``unwrap``: soft-wrapped
         rows joined into their line."""
         opts = _sized("GhosttyFormatterTerminalOptions")
         opts.emit = emit
@@ -418,7 +427,7 @@ class GhosttyScreen:
         sel = _sized("GhosttySelection")
         x0, y0, x1, y1 = box or (0, 0, self._cols - 1, self._rows - 1)
         sel.start = self._term.ref(x0, y0, "screen" if whole else "active")[0]
-        sel.end = self._term.ref(x1, y1)[0]
+        sel.end = self._term.ref(x1, y1, "screen" if whole == "scrollback" else "active")[0]
         opts.selection = sel
         fmt = ffi.new("GhosttyFormatter*")
         _check(lib.ghostty_formatter_terminal_new(ffi.NULL, fmt, self._t, opts[0]),

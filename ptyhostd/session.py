@@ -430,9 +430,7 @@ class Session:
             self._ground = True
         screen.feed(data)
         self.screen_pos = start + len(data)
-        if self._compact_timer is not None:
-            self._compact_timer.cancel()
-        self._compact_timer = self._loop.call_later(COMPACT_AFTER, self._compact_soon)
+        self._compact_later()
         return True
 
     def _resume_if_caught_up(self, force: bool = False) -> None:
@@ -505,19 +503,27 @@ class Session:
     async def _follow(self) -> None:
         """Feed the model what came since it was last fed, until it has everything: the
         engine parses in the screen pool with the GIL released, so the loop keeps
-        forwarding meanwhile; output that comes faster than it parses is skipped to the
-        newest SCREEN_CATCH_UP bytes (screen_call), never queued without bound."""
+        forwarding meanwhile; output that comes faster than it parses stops the reading
+        of the pty (MODEL_LAG_SECONDS, in _forward), so nothing is skipped or queued
+        without bound."""
         try:
             while self.master is not None and self.screen_pos < self.ring.head:
                 await self.screen_call(limit=FOLLOW_CHUNK)
-            if self._loop is not None:
-                self._compact_timer = self._loop.call_later(COMPACT_AFTER, self._compact_soon)
+            self._compact_later()
         except Exception:
             log.exception("session %s: feeding its terminal model failed", self.id,
                           extra={"CLOWDER_SESSION": self.id, "CLOWDER_CAUSE": "screen-failed"})
         finally:
             self._following = None
             self._resume_if_caught_up(force=True)  # a failed model never holds the pty
+
+    def _compact_later(self) -> None:
+        """(Re)arm the compression of the model's scrollback: output was just fed."""
+        if self._loop is None:
+            return
+        if self._compact_timer is not None:
+            self._compact_timer.cancel()
+        self._compact_timer = self._loop.call_later(COMPACT_AFTER, self._compact_soon)
 
     def _compact_soon(self) -> None:
         """Output has been quiet for COMPACT_AFTER: compress the model's scrollback."""
@@ -593,6 +599,28 @@ class Session:
                                                 or len(lines) >= count):
                 return fit(lines, budget)
         return await last_lines(self.ring, count, budget, self.cols)
+
+    async def saved_screen(self, count: int, budget: int) -> tuple[list[str], bytes]:
+        """For the state directory: the last ``count`` lines that scrolled off (with
+        their SGR, within ``budget`` bytes) and the repaint of the screen, from one look
+        at the model, so no line is in both or in neither.  Fed to a fresh terminal as
+        the lines, enough newlines to scroll them all off, then the repaint, they give
+        back the scrollback and the screen."""
+        from .history import fit, last_lines
+        if engine.follows_output():
+            (lines, (vt, _, _)), _ = await self.screen_call(lambda screen: (
+                screen.history_lines(count, ansi=True, scrollback=True), painted(screen)))
+            if not self.screen_budget_hits and (self.screen_start <= self.ring.tail
+                                                or len(lines) >= count):
+                return fit(lines, budget), vt
+        else:
+            (vt, _, _), _ = await self.screen_call(painted)
+        # The raw line model (pyte, or a model that lost lines to a bomb): its last lines
+        # less as many as the screen shows (a line wrapped on the screen may go with them).
+        text, _ = await self.screen_call(lambda screen: screen.snapshot("text"))
+        shown = len(text.rstrip().split("\n")) if text.strip() else 0
+        lines = await last_lines(self.ring, count + shown, budget, self.cols)
+        return (lines[:-shown] if shown else lines)[-count:], vt
 
     async def fit_screen(self) -> None:
         """Give the model the current share of the scrollback budget (screenmemory.py),

@@ -9,8 +9,9 @@ their scrollback - is written here (``StateDirectory=clowder-ptyhost``: systemd 
     clowder-saved-session 1\\n
     {record as JSON: id, name, uid, unit, argv, cwd, cols, rows, created, boot, agent,
      state, exit_status, exit_code, signal, ended_at, saved_at}\\n
-    VT bytes: the last TAIL_LINES lines of scrollback (with their colours), then the
-    repaint of the screen: fed to a fresh terminal of cols x rows they give it back.
+    VT bytes: the last TAIL_LINES lines of scrollback (with their colours; not the
+    screen's rows), newlines that scroll them all off, then the repaint of the screen:
+    fed to a fresh terminal of cols x rows they give back its scrollback and screen.
 
 Bounds (docs/design.md "Across a reboot"): a file is rewritten at most every INTERVAL
 seconds and only when the session's output, size, name or state changed; one file is at
@@ -38,6 +39,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import time
 from typing import Optional
 
@@ -61,6 +63,44 @@ TOTAL_MAX = 64 << 20  # the directory at most (default of $CLOWDER_STATE_BYTES)
 READ_MAX = FILE_MAX + 64 * 1024  # a file larger than this is not read (not ours)
 REPORT_EVERY = 60.0  # seconds: one journal line per cause at most
 TRIMMED = ("trimmed",)  # a session whose file went for the cap
+
+
+_ESCAPES = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+
+def _rows_used(tail: bytes, cols: int, most: int) -> int:
+    """The screen rows the last lines of ``tail`` (each ending in CRLF) fill, at most
+    ``most``: a line wider than the screen wraps onto more than one."""
+    from wcwidth import wcswidth
+    used = 0
+    for line in reversed(tail.split(b"\r\n")[:-1]):
+        text = _ESCAPES.sub(b"", line).decode("utf-8", "replace")
+        width = wcswidth(text)
+        used += max(1, -(-(width if width >= 0 else len(text)) // max(1, cols)))
+        if used >= most:
+            return most
+    return used
+
+
+def saved_body(lines: list[str], screen: bytes, cols: int, rows: int, room: int) -> bytes:
+    """The VT bytes of a saved file: the scrollback's ``lines`` (whole lines, the last
+    that fit in ``room`` with the screen), then the repaint ``screen``; fed to a fresh
+    terminal of ``cols`` x ``rows`` they give back both, no line twice or missing."""
+    tail = "".join(line + "\r\n" for line in lines).encode("utf-8", "replace")
+    screen = screen[:room]  # a screen larger than a file is cut (never seen: ~10 KiB)
+    left = room - len(screen) - 16  # 16: the scroll below
+    if left <= 0:
+        tail = b""
+    elif len(tail) > left:
+        tail = tail[len(tail) - left:]
+        tail = tail[tail.find(b"\n") + 1:]  # whole lines only
+    # Scroll those lines off the screen (the repaint then draws it afresh): after the
+    # last newline the screen holds the rows of the last of them and blank rows, which
+    # must not enter the scrollback.  A scroll (SU), not newlines, so the raw line model
+    # (history without a following model) sees no blank lines.
+    up = _rows_used(tail, cols, rows - 1)
+    scroll = b"\x1b[%dS" % up if up > 0 else b""
+    return tail + scroll + screen
 
 
 def boot_key() -> str:
@@ -286,8 +326,7 @@ class StateDir:
     async def _render(self, s) -> Optional[bytes]:
         """The file's bytes for ``s``: header, record, scrollback tail and repaint."""
         try:
-            lines = await s.history(TAIL_LINES, FILE_MAX // 2, ansi=True)
-            screen, _ = await s.repaint()
+            lines, screen = await s.saved_screen(TAIL_LINES, FILE_MAX // 2)
         except Exception as exc:  # e.g. no fd left (EMFILE) for a lazy import
             # Through report: once a minute, not a line per session and round.
             self.report("state-render", f"cannot render session {s.id}'s screen to save "
@@ -295,14 +334,7 @@ class StateDir:
             return None
         rec = {**s.to_record(), "unit": s.unit, "boot": self.boot, "saved_at": time.time()}
         head = MAGIC + json.dumps(rec, separators=(",", ":")).encode() + b"\n"
-        tail = "\r\n".join(lines).encode("utf-8", "replace")
-        room = FILE_MAX - len(head) - len(screen) - 2
-        if room <= 0:
-            tail = b""
-        elif len(tail) > room:
-            tail = tail[len(tail) - room:]
-            tail = tail[tail.find(b"\n") + 1:]  # whole lines only
-        return head + tail + (b"\r\n" if tail else b"") + screen[:FILE_MAX]
+        return head + saved_body(lines, screen, s.cols, s.rows, FILE_MAX - len(head))
 
     def _trim(self, host) -> None:
         """Past TOTAL_MAX: the files of the sessions that ended longest ago go."""

@@ -82,7 +82,7 @@ def test_a_session_of_an_earlier_boot_is_listed_with_its_last_screen(host):
     """ps (and --json) lists it as ended by the reboot; snapshot and history give its
     last screen and scrollback; rm removes it and its file."""
     sid = host.spawn("sh", "-c", "i=0; while [ $i -lt 60 ]; do echo line-$i; i=$((i+1)); "
-                     "done; printf '\\033[31mRED-LAST-SCREEN\\033[0m\\n'; exec sleep 100000")
+                     "done; printf '\\033[31mRED-LAST-SCREEN\\033[0m'; exec sleep 100000")
     wait_for(lambda: b"RED-LAST-SCREEN" in host.backlog(sid), 10, "the session's output")
     wait_for(lambda: os.path.exists(saved_file(host, sid))
              and b"RED-LAST-SCREEN" in open(saved_file(host, sid), "rb").read(), 20,
@@ -102,6 +102,8 @@ def test_a_session_of_an_earlier_boot_is_listed_with_its_last_screen(host):
     assert re.search(r"\x1b\[(31|38;5;1)mRED-LAST-SCREEN", ansi), ansi  # its colour too
     hist = host.ctl("history", "--lines", "100", old).stdout.decode()
     assert "line-0\n" in hist and "line-59" in hist, hist
+    # No line twice, none missing: the saved scrollback ends where the screen begins.
+    assert hist == host.ctl("history", "--lines", "100", sid).stdout.decode(), hist
     # The running session was adopted from the FD store as ever, not restored.
     assert host.ps()[sid]["state"] == "running" and host.ps()[sid]["ended_by"] is None
     host.ctl("rm", old)
