@@ -14,21 +14,15 @@ fetch`): the instances have no network.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from conftest import PYTHON, ROOT, SUMMARY, wait_for
-from test_remote import CONFIG, REGISTRY, UNITS, WORKDIR, Remote, agent_yaml
-
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-from sshhost import SshHost, SshHostError  # noqa: E402
-from sysinstance import InstanceError  # noqa: E402
+from conftest import PYTHON, SUMMARY, wait_for
+from test_remote import CONFIG, REGISTRY, UNITS, WORKDIR, Remote, agent_yaml, boot_box
 
 PARTIAL = 4  # ctl/exits.py: some hosts answered, some did not
 DEADLINE = 3.0  # the fleet's --timeout in these tests
@@ -37,30 +31,14 @@ DEADLINE = 3.0  # the fleet's --timeout in these tests
 SLACK = 3.0
 
 
-def _boot(name: str, index: int, client: SshHost | None) -> SshHost:
-    try:
-        b = SshHost(name, index=index, client=client).start()
-    except (SshHostError, InstanceError) as exc:
-        pytest.fail(f"the ssh box {name} did not start: {exc}")
-    try:
-        r = b.exec([PYTHON, "-m", "ctl", "install-units", "--system",
-                    "--exec-start", f"{PYTHON} -m ptyhostd"], capture_output=True)
-        assert r.returncode == 0, f"install-units on {name}: {r.stderr.decode()}"
-        b.exec(["mkdir", "-p", WORKDIR], check=True)
-    except BaseException:
-        b.stop()
-        raise
-    return b
-
-
 @pytest.fixture(scope="module")
 def boxes():
     """Two boxes, booted once for this module; the second shares the first's client
     namespace and keys (one $CLOWDER_SSH reaches both).  Indexes 1 and 2: box 0's
     addresses stay test_remote.py's."""
-    first = _boot("clowder-fleet-a", 1, None)
+    first = boot_box("clowder-fleet-a", 1)
     try:
-        second = _boot("clowder-fleet-b", 2, first)
+        second = boot_box("clowder-fleet-b", 2, first)
         try:
             yield first, second
         finally:

@@ -38,18 +38,30 @@ UNITS = ("clowder-control.service", "clowder-control.socket", "clowder-ptyhost.s
          "clowder-ptyhost.socket")
 
 
-@pytest.fixture(scope="module")
-def box():
-    """The remote machine: booted once for this module, with clowder's units installed."""
+def boot_box(name: str = "clowder-remote", index: int = 0,
+             client: SshHost | None = None) -> SshHost:
+    """An ssh box (tools/sshhost.py) booted, with clowder's units installed and WORKDIR
+    made; stopped again if that fails.  ``index``/``client``: see SshHost."""
     try:
-        b = SshHost("clowder-remote").start()
+        b = SshHost(name, index=index, client=client).start()
     except (SshHostError, InstanceError) as exc:
-        pytest.fail(f"the ssh box did not start: {exc}")
+        pytest.fail(f"the ssh box {name} did not start: {exc}")
     try:
         r = b.exec([PYTHON, "-m", "ctl", "install-units", "--system",
                     "--exec-start", f"{PYTHON} -m ptyhostd"], capture_output=True)
-        assert r.returncode == 0, f"install-units on the box: {r.stderr.decode()}"
+        assert r.returncode == 0, f"install-units on {name}: {r.stderr.decode()}"
         b.exec(["mkdir", "-p", WORKDIR], check=True)
+    except BaseException:
+        b.stop()
+        raise
+    return b
+
+
+@pytest.fixture(scope="module")
+def box():
+    """The remote machine: booted once for this module, with clowder's units installed."""
+    b = boot_box()
+    try:
         yield b
     finally:
         b.stop()
