@@ -527,3 +527,25 @@ def test_a_lingering_users_sessions_and_agents_across_a_reboot(systemd_required)
     finally:
         inst.stop(timeout=60)
         shutil.rmtree(kept)
+
+
+def test_with_the_saves_off_nothing_is_saved_nor_restored(host):
+    """CLOWDER_STATE_SAVES=0 (bench/statedir.py measures the saves' cost with it): the
+    host runs as without a state directory: a file of an earlier boot is neither
+    restored nor removed; with the saves on again, it is restored."""
+    sid = host.spawn("sh", "-c", "echo SAVED-BEFORE; exec sleep 100000")
+    wait_for(lambda: b"SAVED-BEFORE" in host.backlog(sid), 10, "the session's output")
+    old = "05a7e500"
+    as_previous_boot(host, sid, old)
+    host.drop_in("[Service]\nEnvironment=CLOWDER_STATE_SAVES=0\n")
+    host.restart()
+    assert old not in host.ps()
+    assert os.path.exists(saved_file(host, old))  # left as it was
+    new = host.spawn("sh", "-c", "echo NOT-SAVED; exec sleep 100000")
+    wait_for(lambda: b"NOT-SAVED" in host.backlog(new), 10, "the new session's output")
+    host.remove_drop_ins()
+    host.restart()
+    assert host.ps()[old]["ended_by"] == "reboot"
+    host.ctl("rm", old)
+    for s in (sid, new):
+        host.ctl("kill", s)
