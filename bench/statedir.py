@@ -4,7 +4,7 @@ and the bytes it writes there, with the saves on and off, beside tmux for the sa
 
     make venv stage VENV=V STAGE=S && cd S && \\
       python3 tools/sysinstance.py run --name statedir-bench -- V/bin/python bench/statedir.py \\
-        [--sessions 1,10,100] [--flood 1] [--window 20] [--no-tmux]
+        [--sessions 1,10,100] [--flood 1] [--window 15] [--repeat 3] [--no-tmux]
 
 Runs inside a systemd instance as root (as the tests do): installs the system units,
 and for each case starts the host afresh (with `CLOWDER_STATE_SAVES=0` in a drop-in for
@@ -15,7 +15,8 @@ to its state directory (every version of every file: a rename makes a new inode,
 a file is rewritten at most every INTERVAL, so a poll every 0.2 s sees each one).
 "steady": each session prints a 70-character line every second, so every session's
 file changes every round (the worst case for quiet printers); "flood": each prints a
-1 MB text file over and over.  tmux (one server, N windows of the same programs) is
+1 MB file of 63-character lines over and over (its file is the largest: a full
+scrollback tail).  Saves off and on alternate, REPEAT times each: medians.  tmux (one server, N windows of the same programs) is
 measured over the same window (80x24 everywhere, the Spawn default).  Prints a
 markdown table; it asserts nothing.
 """
@@ -23,6 +24,7 @@ markdown table; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import statistics
 import os
 import shlex
 import shutil
@@ -162,12 +164,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", default="1,10,100", help="N for the steady printers")
     ap.add_argument("--flood", default="1", help="N for the flooding sessions ('' for none)")
-    ap.add_argument("--window", type=float, default=20.0, help="seconds measured per case")
+    ap.add_argument("--window", type=float, default=15.0, help="seconds measured per case")
+    ap.add_argument("--repeat", type=int, default=3, help="windows per case, saves off and on "
+                    "alternating (medians)")
     ap.add_argument("--no-tmux", action="store_true")
     args = ap.parse_args()
     sh(PYTHON, "-m", "ctl", "install-units", "--system", "--exec-start", f"{PYTHON} -m ptyhostd")
     with tempfile.NamedTemporaryFile(delete=False, dir="/var/tmp") as f:
-        f.write(os.urandom(512 * 1024).hex().encode()[:1 << 20])
+        f.write(b"".join(b"flood line %06d: the quick brown fox jumps over the lazy dog\n"
+                         % i for i in range(16000)))
         text = f.name
     os.chmod(text, 0o644)
     cases = [("steady", int(n), STEADY) for n in args.sessions.split(",") if n]
@@ -177,10 +182,16 @@ def main() -> None:
         for kind, n, argv in cases:
             argvs = [argv] * n
             row = {"case": f"{n} {kind}"}
-            for saves in (False, True):
-                log(f"{n} {kind}, saves {'on' if saves else 'off'}")
-                r = clowder_case(argvs, saves, args.window)
-                row["on" if saves else "off"] = r
+            runs: dict[str, list[dict]] = {"off": [], "on": []}
+            for i in range(args.repeat):
+                for saves in (False, True):
+                    log(f"{n} {kind}, saves {'on' if saves else 'off'} ({i + 1}/{args.repeat})")
+                    runs["on" if saves else "off"].append(clowder_case(argvs, saves,
+                                                                       args.window))
+            row["n"] = n
+            for k, rs in runs.items():
+                row[k] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+                row[k + "_cpus"] = [r["cpu"] for r in rs]
             if not args.no_tmux:
                 log(f"{n} {kind}, tmux")
                 row["tmux"] = tmux_case(argvs, args.window)
@@ -191,19 +202,21 @@ def main() -> None:
         os.unlink(text)
     bound_cpu = 100 * statedir.ROUND_SECONDS / statedir.INTERVAL
     bound_bytes = statedir.ROUND_BUDGET / statedir.INTERVAL
-    print(f"\nThe saves' cost, {args.window:g} s windows (CPU: % of one core; bounds: "
-          f"{bound_cpu:g} % CPU, {bound_bytes / 1024:.0f} KiB/s)\n")
+    print(f"\nThe saves' cost, {args.window:g} s windows, medians of {args.repeat} (CPU: % "
+          f"of one core; bounds: {bound_cpu:g} % CPU, {bound_bytes / 1024:.0f} KiB/s)\n")
     print("| sessions | host CPU, saves off | host CPU, saves on | the saves' share | "
-          "files written | bytes/s to the state directory | tmux CPU |")
-    print("|---|---|---|---|---|---|---|")
+          "files written a window | a session's file rewritten every | bytes/s to the "
+          "state directory | tmux CPU |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         off, on = r["off"], r["on"]
         rate = on["bytes"] / on["seconds"]
+        every = r["n"] * on["seconds"] / on["files"] if on["files"] else float("inf")
         tmux = f"{r['tmux']['cpu']:.1f} %" if "tmux" in r else "-"
-        print(f"| {r['case']} | {off['cpu']:.1f} % | {on['cpu']:.1f} % | "
-              f"{on['cpu'] - off['cpu']:+.1f} % | {on['files']} | {rate / 1024:.1f} KiB/s "
-              f"| {tmux} |")
-
+        spread = lambda cpus: "/".join(f"{c:.1f}" for c in cpus)  # noqa: E731
+        print(f"| {r['case']} | {off['cpu']:.1f} % ({spread(r['off_cpus'])}) | "
+              f"{on['cpu']:.1f} % ({spread(r['on_cpus'])}) | {on['cpu'] - off['cpu']:+.1f} % | "
+              f"{on['files']:.0f} | {every:.1f} s | {rate / 1024:.1f} KiB/s | {tmux} |")
 
 if __name__ == "__main__":
     main()
