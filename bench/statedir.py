@@ -16,7 +16,8 @@ a file is rewritten at most every INTERVAL, so a poll every 0.2 s sees each one)
 "steady": each session prints a 70-character line every second, so every session's
 file changes every round (the worst case for quiet printers); "flood": each prints a
 1 MB file of 63-character lines over and over (its file is the largest: a full
-scrollback tail).  Saves off and on alternate, REPEAT times each: medians.  tmux (one server, N windows of the same programs) is
+scrollback tail); "steady, full scrollback" (--full): steady printers that first print
+2,000 lines, as steady ones are after half an hour.  Saves off and on alternate, REPEAT times each: medians.  tmux (one server, N windows of the same programs) is
 measured over the same window (80x24 everywhere, the Spawn default).  Prints a
 markdown table; it asserts nothing.
 """
@@ -50,6 +51,10 @@ TICK = os.sysconf("SC_CLK_TCK")
 STEADY = ["/bin/sh", "-c", "i=0; while :; do i=$((i+1)); "
           "echo \"steady line $i: the quick brown fox jumps over the lazy dog again\"; "
           "sleep 1; done"]
+# The same after 2,000 lines at once: its file has a full scrollback tail from the start
+# (~140 KB, as a steady printer's after half an hour).
+FULL = ["/bin/sh", "-c", "seq -f 'line %06g: the quick brown fox jumps over the lazy dog, "
+        "twice' 2000; " + STEADY[2]]
 TMUX = ["tmux", "-L", "statedir-bench", "-f", "/dev/null"]
 
 
@@ -167,6 +172,8 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=15.0, help="seconds measured per case")
     ap.add_argument("--repeat", type=int, default=3, help="windows per case, saves off and on "
                     "alternating (medians)")
+    ap.add_argument("--full", default="", help="N for the steady printers with a full "
+                    "scrollback tail ('' for none)")
     ap.add_argument("--no-tmux", action="store_true")
     args = ap.parse_args()
     sh(PYTHON, "-m", "ctl", "install-units", "--system", "--exec-start", f"{PYTHON} -m ptyhostd")
@@ -176,6 +183,7 @@ def main() -> None:
         text = f.name
     os.chmod(text, 0o644)
     cases = [("steady", int(n), STEADY) for n in args.sessions.split(",") if n]
+    cases += [("steady, full scrollback", int(n), FULL) for n in args.full.split(",") if n]
     cases += [("flood", int(n), flood_argv(text)) for n in args.flood.split(",") if n]
     rows = []
     try:
