@@ -205,11 +205,14 @@ def main() -> int:
 
 # Sections of docs/bench.md that come from another run than this one stand between
 # these marks, and a new report keeps them: the chaos run's counts (make test-soak),
-# and clowderctl's start-up (bench/startup.py).
+# clowderctl's start-up (bench/startup.py) and the state directory's saves
+# (bench/statedir.py).
 KEPT = (("<!-- chaos run (make test-soak): kept by bench/run.py -->",
          "<!-- end of the chaos run -->"),
         ("<!-- start-up (bench/startup.py): kept by bench/run.py -->",
-         "<!-- end of the start-up -->"))
+         "<!-- end of the start-up -->"),
+        ("<!-- saves (bench/statedir.py): kept by bench/run.py -->",
+         "<!-- end of the saves -->"))
 
 
 def _with_kept_sections(text: str, md: str) -> str:

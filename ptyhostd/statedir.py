@@ -123,7 +123,12 @@ def boot_key() -> str:
 
 def default_path() -> Optional[str]:
     """``$STATE_DIRECTORY``, which systemd sets from the unit's StateDirectory=; None
-    (nothing saved) for a host run by hand without it."""
+    (nothing saved) for a host run by hand without it, or with ``CLOWDER_STATE_SAVES=0``
+    in its environment (a drop-in): no saves and nothing restored after a reboot, for
+    whoever wants no session's screen on disk, and to measure what the saves cost
+    (bench/statedir.py)."""
+    if os.environ.get("CLOWDER_STATE_SAVES", "1").strip() == "0":
+        return None
     return os.environ.get("STATE_DIRECTORY", "").split(":")[0] or None
 
 

@@ -378,3 +378,169 @@ def test_sessions_and_agents_across_a_reboot(systemd_required):
             for name in filenames:
                 os.unlink(os.path.join(dirpath, name))
             os.rmdir(dirpath)
+
+
+# --- the user scope: a lingering user's units, across the same reboot --------------------
+
+import pwd  # noqa: E402
+import shutil  # noqa: E402
+
+REBOOT_USER, REBOOT_UID = "rebooter", 2207
+USER_GO = "/tmp/clowder-user-go"  # /tmp is a fresh tmpfs at each boot: the go file goes
+USER_CONFIG = f"""\
+agents:
+  - name: bot
+    command: "sh -c 'printf \\"USERBOT-FIRST-RUN %s\\\\n\\" $$; exec sleep 100000'"
+    resume: "sh -c 'while [ ! -e {USER_GO} ]; do sleep 0.1; done; printf \\"USERBOT-RESUMED\\\\n\\"; exec sleep 100000'"
+    cwd: /home/{REBOOT_USER}
+"""
+
+
+class NestedUser(Nested):
+    """clowder of an unprivileged user inside a nested instance: commands run as that user
+    (runuser) against their user manager's host."""
+
+    def __init__(self, inst: Instance, user: str, uid: int):
+        super().__init__(inst)
+        self.user, self.uid = user, uid
+        self.home = f"/home/{user}"
+        runtime = f"/run/user/{uid}"
+        self.socket = f"{runtime}/clowder/ptyhost.sock"
+        self.user_env = [f"HOME={self.home}", f"USER={user}", f"LOGNAME={user}",
+                         f"XDG_RUNTIME_DIR={runtime}"]
+        self.env = sane_env(dict(e.split("=", 1) for e in self.user_env))
+
+    def _as(self, argv: list[str]) -> list[str]:  # for Attach
+        return super()._as(["runuser", "-u", self.user, "--", "env", *self.user_env, *argv])
+
+    def as_user(self, *argv, check=True) -> subprocess.CompletedProcess:
+        return self.run("runuser", "-u", self.user, "--", "env", *self.user_env, *argv,
+                        check=check)
+
+    def ctl(self, *args, check=True) -> subprocess.CompletedProcess:
+        return self.as_user(PYTHON, "-m", "ctl", "--socket", self.socket, *args, check=check)
+
+    def start_logind(self) -> None:
+        """The test instance masks logind (tools/sysinstance.py), anew at each boot; a
+        real boot starts it, and it starts the user managers of the lingering users."""
+        self.run("systemctl", "unmask", "systemd-logind.service")
+        self.run("systemctl", "start", "systemd-logind.service")
+
+    def wait_user_manager(self, why: str) -> None:
+        wait_for(lambda: self.run("test", "-S", f"/run/user/{self.uid}/systemd/private",
+                                  check=False).returncode == 0, 30, why)
+
+    def state_directory(self) -> str:
+        """The user host's $STATE_DIRECTORY, as its user manager gave it."""
+        pid = self.as_user("systemctl", "--user", "show", "-p", "MainPID", "--value",
+                           "clowder-ptyhost.service").stdout.decode().strip()
+        assert pid and pid != "0", "the user's host is not running"
+        env = self.run("cat", f"/proc/{pid}/environ").stdout.split(b"\0")
+        given = [e[len(b"STATE_DIRECTORY="):].decode() for e in env
+                 if e.startswith(b"STATE_DIRECTORY=")]
+        assert given, "the user's host runs without a state directory"
+        return given[0]
+
+
+def test_a_lingering_users_sessions_and_agents_across_a_reboot(systemd_required):
+    """Acceptance 1 in the user scope: a user with lingering enabled runs an agent and a
+    plain session on their own units; the instance is powered off and booted again with
+    the user's home and logind's linger records kept; the user manager comes back by
+    lingering (nothing is installed or started for it again), the old sessions are
+    listed as ended by the reboot with their last screens, the agent runs again through
+    its resume command, and `attach --agent` shows the frozen last screen first."""
+    uid = ensure_user(REBOOT_USER, REBOOT_UID)
+    gid = pwd.getpwnam(REBOOT_USER).pw_gid
+    kept = tempfile.mkdtemp(prefix="clowder-userboot-", dir="/var/tmp")
+    home, linger = os.path.join(kept, "home"), os.path.join(kept, "linger")
+    os.mkdir(home, 0o700)
+    os.chown(home, uid, gid)  # the kept home belongs to the user's uid inside too
+    os.mkdir(linger, 0o755)
+    inst = Instance("clowder-userboot", boot_timeout=90,
+                    kept=((home, f"/home/{REBOOT_USER}"), (linger, "/var/lib/systemd/linger")))
+    try:
+        inst.start()
+        box = NestedUser(inst, REBOOT_USER, uid)
+        box.start_logind()
+        box.run("loginctl", "enable-linger", REBOOT_USER)  # logind starts user@UID for it
+        box.wait_user_manager("the lingering user's manager to listen")
+        box.ctl("install-units", "--user", "--exec-start", f"{PYTHON} -m ptyhostd")
+        assert os.path.exists(os.path.join(linger, REBOOT_USER)), os.listdir(linger)
+        config = os.path.join(home, ".config", "clowder")
+        os.makedirs(config, exist_ok=True)
+        with open(os.path.join(config, "clowder.yaml"), "w") as f:
+            f.write(USER_CONFIG)
+        for path in (config, os.path.join(config, "clowder.yaml")):
+            os.chown(path, uid, gid)
+        box.as_user("systemctl", "--user", "start", "clowder-control.service")
+        plain = box.ctl("spawn", "--name", "plain", "--", "sh", "-c",
+                        "printf 'USER-PLAIN-LAST-SCREEN\\n'; exec sleep 100000"
+                        ).stdout.decode().strip()
+        agent = wait_for(lambda: [s for s in box.ps().values() if s["name"] == "agent:bot"
+                                  and s["state"] == "running"], 60, "the user's agent to run")[0]
+        wait_for(lambda: b"USERBOT-FIRST-RUN" in box.ctl("backlog", agent["id"]).stdout, 15,
+                 "the agent's first output")
+        wait_for(lambda: b"USER-PLAIN-LAST-SCREEN" in box.ctl("backlog", plain).stdout, 15,
+                 "the plain session's output")
+        where = box.state_directory()
+        assert where.startswith(box.home + "/"), where  # in the kept home
+        saved = os.path.join(home, where[len(box.home) + 1:], statedir.SUBDIR)
+        inst.stop(timeout=60)  # a poweroff: the user manager and its units stop too
+        files = os.listdir(saved)
+        assert f"{plain}.saved" in files and f"{agent['id']}.saved" in files, files
+        for name in files:
+            assert os.stat(os.path.join(saved, name)).st_uid == uid, name
+
+        inst.start()
+        box.start_logind()  # and nothing else: lingering brings the user manager back
+        box.wait_user_manager("the user manager to come back by lingering")
+        table = box.ctl("ps").stdout.decode()  # before ps --all, which counts as seeing
+        assert re.search(rf"^{plain}\s.*\sreboot\s", table, re.M), table
+        new = wait_for(lambda: [s for s in box.ps().values() if s["name"] == "agent:bot"
+                                and s["state"] == "running"], 60,
+                       "the user's agent to run again after the reboot")[0]
+        ps = box.ps()
+        for sid, mark in ((plain, "USER-PLAIN-LAST-SCREEN"), (agent["id"], "USERBOT-FIRST-RUN")):
+            assert ps[sid]["ended_by"] == "reboot" and ps[sid]["state"] == "lost", ps[sid]
+            assert mark in box.ctl("snapshot", sid).stdout.decode()
+        assert new["id"] != agent["id"]
+        assert USER_GO in " ".join(new["argv"]), new  # the resume command
+        client = Attach(box, "bot", "--agent", cols=100, rows=30)
+        try:
+            client.expect(b"USERBOT-FIRST-RUN", 20, "the frozen last screen")
+            client.expect(b"clowder: last screen before the reboot at", 10, "the notice")
+            client.expect(b"the agent was resumed", 10, "the notice's end")
+            assert b"USERBOT-RESUMED" not in client.out
+            box.as_user("touch", USER_GO)
+            client.expect(b"USERBOT-RESUMED", 20, "the resumed program's output")
+        finally:
+            client.close()
+        box.ctl("rm", plain)
+        assert not os.path.exists(os.path.join(saved, f"{plain}.saved"))
+    except InstanceError as exc:
+        pytest.fail(f"the nested instance failed: {exc}")
+    finally:
+        inst.stop(timeout=60)
+        shutil.rmtree(kept)
+
+
+def test_with_the_saves_off_nothing_is_saved_nor_restored(host):
+    """CLOWDER_STATE_SAVES=0 (bench/statedir.py measures the saves' cost with it): the
+    host runs as without a state directory: a file of an earlier boot is neither
+    restored nor removed; with the saves on again, it is restored."""
+    sid = host.spawn("sh", "-c", "echo SAVED-BEFORE; exec sleep 100000")
+    wait_for(lambda: b"SAVED-BEFORE" in host.backlog(sid), 10, "the session's output")
+    old = "05a7e500"
+    as_previous_boot(host, sid, old)
+    host.drop_in("[Service]\nEnvironment=CLOWDER_STATE_SAVES=0\n")
+    host.restart()
+    assert old not in host.ps()
+    assert os.path.exists(saved_file(host, old))  # left as it was
+    new = host.spawn("sh", "-c", "echo NOT-SAVED; exec sleep 100000")
+    wait_for(lambda: b"NOT-SAVED" in host.backlog(new), 10, "the new session's output")
+    host.remove_drop_ins()
+    host.restart()
+    assert host.ps()[old]["ended_by"] == "reboot"
+    host.ctl("rm", old)
+    for s in (sid, new):
+        host.ctl("kill", s)
