@@ -8,6 +8,8 @@ terminal would show it, and a screen clear keeping what came before, as scrollba
 
 from __future__ import annotations
 
+import re
+
 from . import screenwork
 from clowder_common.lines import MAX_COLUMN, render
 
@@ -26,7 +28,9 @@ def text_lines(raw: bytes, cut: bool = False, keep: int | None = None,
 
 
 def fit(lines: list[str], budget: int) -> list[str]:
-    """The last of ``lines`` whose UTF-8 text, one line each, fits in ``budget`` bytes."""
+    """The last of ``lines`` whose UTF-8 text, one line each, fits in ``budget`` bytes;
+    a last line longer than that on its own gives its end (a program that printed
+    megabytes without a newline still has its last output in the scrollback)."""
     used, first = 0, len(lines)
     while first > 0:
         size = len(lines[first - 1].encode("utf-8", "replace")) + 1
@@ -34,7 +38,26 @@ def fit(lines: list[str], budget: int) -> list[str]:
             break
         used += size
         first -= 1
+    if first == len(lines) and lines and budget > 1:
+        return [_tail(lines[-1], budget - 1)]
     return lines[first:]
+
+
+# An escape sequence (CSI, OSC, or a two-byte one), as a line with its SGR holds them.
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
+
+
+def _tail(line: str, budget: int) -> str:
+    """The end of ``line`` in at most ``budget`` bytes of UTF-8, starting neither inside
+    a character nor inside an escape sequence (what a cut one leaves would be shown)."""
+    raw = line.encode("utf-8", "replace")
+    cut = len(line) - len(raw[len(raw) - budget:].decode("utf-8", "ignore"))
+    esc = line.rfind("\x1b", max(0, cut - 256), cut)
+    if esc >= 0:
+        seq = _ESCAPE.match(line, esc)
+        if seq is not None and seq.end() > cut:
+            cut = seq.end()
+    return line[cut:]
 
 
 async def last_lines(ring, count: int, budget: int, width: int = MAX_COLUMN) -> list[str]:

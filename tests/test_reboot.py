@@ -155,6 +155,22 @@ def test_another_user_sees_nothing_of_a_saved_session(systemd_required):
     assert h.session_units() == []
 
 
+def test_a_line_longer_than_the_files_room_is_saved_by_its_end(host):
+    """A program that printed more than a file's scrollback room (FILE_MAX / 2) without
+    a newline: its one line did not fit and nothing of its scrollback was saved
+    (history.fit), only the screen; now the end of the line, as much as fits."""
+    sid = host.spawn("sh", "-c", "head -c 400000 /dev/zero | tr '\\0' x; "
+                     "printf 'TAIL-MARK'; exec sleep 100000", size="80x24")
+    wait_for(lambda: b"TAIL-MARK" in host.backlog(sid), 30, "the program's output")
+    path = wait_for(lambda: os.path.exists(saved_file(host, sid)) and saved_file(host, sid),
+                    20, "the session's file in the state directory")
+    _rec, body = read_saved(path)
+    screen = 80 * 24
+    assert body.count(b"x") > statedir.FILE_MAX // 4, \
+        f"{body.count(b'x')} x saved: only the screen's ({screen}), no scrollback"
+    host.ctl("kill", sid)
+
+
 def test_a_corrupt_state_directory_is_reported_and_the_host_serves(host):
     """Garbage, a truncated record, a half-written file and someone else's file: each
     is reported (MESSAGE_ID state-dir-problem) and left out; the host serves."""
