@@ -104,6 +104,7 @@ class RebootBox:
         self.earlier: list[str] = []  # sessions of the previous boot, ended by the reboot
         self.counts = dict.fromkeys(KEYS, 0)
         self.counts.update(reboots=0, reboot_sessions_checked=0, reboot_lines_checked=0,
+                           reboot_earlier_checked=0,
                            reboot_seconds=0.0)
 
     # --- the box ----------------------------------------------------------------------
@@ -186,6 +187,7 @@ class RebootBox:
         self._check(ps, noted)
         for sid in self.earlier:  # saved one boot earlier, still listed until removed
             info = ps.get(sid)
+            self.counts["reboot_earlier_checked"] += 1
             self.counts["reboot_saved_lost"] += not info or info.get("ended_by") != "reboot"
         if self.earlier:
             self.box.ctl("rm", *[sid for sid in self.earlier if sid in ps], check=False)
