@@ -103,6 +103,7 @@ class RebootBox:
         self.agent: str | None = None  # the agent's session of this boot
         self.earlier: list[str] = []  # sessions of the previous boot, ended by the reboot
         self.counts = dict.fromkeys(KEYS, 0)
+        self.problems: list[str] = []  # what was counted under KEYS, the first few
         self.counts.update(reboots=0, reboot_sessions_checked=0, reboot_lines_checked=0,
                            reboot_earlier_checked=0,
                            reboot_seconds=0.0)
@@ -188,7 +189,8 @@ class RebootBox:
         for sid in self.earlier:  # saved one boot earlier, still listed until removed
             info = ps.get(sid)
             self.counts["reboot_earlier_checked"] += 1
-            self.counts["reboot_saved_lost"] += not info or info.get("ended_by") != "reboot"
+            self._bad("reboot_saved_lost", not info or info.get("ended_by") != "reboot",
+                      f"{sid}, saved a boot earlier, listed as {info and info.get('ended_by')}")
         if self.earlier:
             self.box.ctl("rm", *[sid for sid in self.earlier if sid in ps], check=False)
         self.earlier = list(noted)
@@ -198,12 +200,20 @@ class RebootBox:
         self.counts["reboot_seconds"] = round(self.counts["reboot_seconds"]
                                               + time.monotonic() - began, 1)
 
+    def _bad(self, key: str, n: int, what: str) -> None:
+        """Count ``n`` under ``key``; say what, for the report (the first few)."""
+        if n:
+            self.counts[key] += n
+            if len(self.problems) < 12:
+                self.problems.append(f"boot {self.boot - 1}: {what}")
+
     def _check(self, ps: dict, noted: dict[str, int]) -> None:
         others = [tag for tag in self.tags.values() if tag]
         for sid, tag in self.tags.items():
             info = ps.get(sid)
             if not info or info.get("ended_by") != "reboot" or info.get("state") != "lost":
-                self.counts["reboot_sessions_missing"] += 1
+                self._bad("reboot_sessions_missing", 1, f"{sid} ({tag or 'redraw'}) listed as "
+                          f"{info and {k: info.get(k) for k in ('state', 'ended_by')}}")
                 continue
             self.counts["reboot_sessions_checked"] += 1
             if not tag:
@@ -214,9 +224,14 @@ class RebootBox:
             text = "\n".join(lines)
             nums = numbers(text, tag)
             self.counts["reboot_lines_checked"] += len(nums)
-            self.counts["reboot_last_line_missing"] += noted[sid] not in nums
-            self.counts["reboot_gaps_or_duplicates"] += breaks(nums)
-            self.counts["reboot_crossed"] += any(numbers(text, t) for t in others if t != tag)
+            held = f"{len(nums)} lines {nums[:1]}..{nums[-1:]}"
+            self._bad("reboot_last_line_missing", noted[sid] not in nums,
+                      f"{sid} ({tag}) saved {held}, not {tag}{noted[sid]} noted before")
+            bad = breaks(nums)
+            self._bad("reboot_gaps_or_duplicates", bad, f"{sid} ({tag}) saved {held} with "
+                      f"{bad} breaks: {[(a, b) for a, b in zip(nums, nums[1:]) if b != a + 1][:3]}")
+            crossed = [t for t in others if t != tag and numbers(text, t)]
+            self._bad("reboot_crossed", bool(crossed), f"{sid} ({tag}) holds {crossed}")
 
     def _check_screen(self, sid: str, noted: int, others: list[str]) -> None:
         """The redrawing program's saved screen: every row of one frame or the next,
@@ -225,10 +240,13 @@ class RebootBox:
         rows = frames(text)
         ansi = self.box.ctl("snapshot", "--format", "ansi", sid).stdout.decode(errors="replace")
         coloured = re.search(r"\x1b\[(?:[0-9;]*;)?(?:3[1-6]|38;5;[1-6])[;m]", ansi)
-        self.counts["reboot_screens_wrong"] += (
+        self._bad("reboot_screens_wrong", bool(
             sorted(rows) != list(range(ROWS)) or min(rows.values()) < noted
-            or max(rows.values()) - min(rows.values()) > 1 or not coloured)
-        self.counts["reboot_crossed"] += any(numbers(text, t) for t in others)
+            or max(rows.values()) - min(rows.values()) > 1 or not coloured),
+            f"{sid} (redraw) saved rows {sorted(set(rows.values()))} of {len(rows)}, "
+            f"frame {noted} noted before, coloured: {bool(coloured)}")
+        crossed = [t for t in others if numbers(text, t)]
+        self._bad("reboot_crossed", bool(crossed), f"{sid} (redraw) holds {crossed}")
 
     def report(self) -> dict:
-        return dict(self.counts)
+        return {**self.counts, **({"reboot_problems": self.problems} if self.problems else {})}
