@@ -12,13 +12,20 @@ clowder-control, for user units the re-exec of the user manager that a systemd u
 triggers (SIGRTMIN+25 to ``user@UID.service``, what Debian's systemd postinst sends),
 big pastes into a reading program, and issue 12's hostile neighbours: a client flooding
 backlog requests it never reads, one flooding clowder-control's file service the same
-way, and a session printing escape-sequence bombs at the largest size.
+way, and a session printing escape-sequence bombs at the largest size; and a reboot
+(issue 17): a nested box (tests/rebootbox.py), booted once with its state directories
+kept, powered off under its own live sessions and booted again (at most every REST
+seconds).
 
 At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
 backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
-code delivered, every kind of event thrown at least once, and the daemons' memory
-within a bound.  The counts of each scope are one ``soak-report`` JSON line in pytest's
-closing summary (of ``make test`` too); docs/bench.md keeps a long run's.
+code delivered, every kind of event thrown at least once, the daemons' memory within a
+bound, and after each reboot: every session of the previous boot listed as ended by it,
+its saved history holding the last line noted before the poweroff without gap or
+duplicate, the redrawn screen saved whole and coloured, nothing crossed, the agent
+running again through its resume command, earlier boots' saved sessions still listed.
+The counts of each scope are one ``soak-report`` JSON line in pytest's closing summary
+(of ``make test`` too); docs/bench.md keeps a long run's.
 
 A new failure mode found elsewhere becomes one more entry in EVENTS.
 """
