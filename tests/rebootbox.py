@@ -103,10 +103,9 @@ class RebootBox:
         self.agent: str | None = None  # the agent's session of this boot
         self.earlier: list[str] = []  # sessions of the previous boot, ended by the reboot
         self.counts = dict.fromkeys(KEYS, 0)
-        self.problems: list[str] = []  # what was counted under KEYS, the first few
         self.counts.update(reboots=0, reboot_sessions_checked=0, reboot_lines_checked=0,
-                           reboot_earlier_checked=0,
-                           reboot_seconds=0.0)
+                           reboot_earlier_checked=0, reboot_seconds=0.0)
+        self.problems: list[str] = []  # what was counted under KEYS, the first few
 
     # --- the box ----------------------------------------------------------------------
 
@@ -151,12 +150,13 @@ class RebootBox:
         while time.monotonic() < deadline:
             found = [s for s in self.box.ps().values()
                      if s["name"] == "agent:bot" and s["state"] == "running"]
+            if found and found[0]["argv"] == want:
+                return found[0]["id"]
             if found:
-                if found[0]["argv"] == want and found[0]["id"] not in self.earlier:
-                    return found[0]["id"]
                 break
             time.sleep(0.2)
-        self.counts["reboot_agent_not_resumed"] += 1
+        self._bad("reboot_agent_not_resumed", 1, f"the agent's running session: "
+                  f"{found[0]['argv'] if found else None}, not {want}")
         return None
 
     # --- the event --------------------------------------------------------------------
@@ -185,15 +185,18 @@ class RebootBox:
             f.write(config(self.boot))
         self._up()
         ps = self.box.ps()
-        self._check(ps, noted)
+        listed = self._check(ps, noted)
         for sid in self.earlier:  # saved one boot earlier, still listed until removed
             info = ps.get(sid)
             self.counts["reboot_earlier_checked"] += 1
             self._bad("reboot_saved_lost", not info or info.get("ended_by") != "reboot",
                       f"{sid}, saved a boot earlier, listed as {info and info.get('ended_by')}")
-        if self.earlier:
-            self.box.ctl("rm", *[sid for sid in self.earlier if sid in ps], check=False)
-        self.earlier = list(noted)
+        if [sid for sid in self.earlier if sid in ps]:  # checked twice: removed
+            self.box.ctl("rm", *[sid for sid in self.earlier if sid in ps])
+        odd = [sid for sid in noted if sid in ps and sid not in listed]
+        if odd:  # listed otherwise (counted): removed if they can be, not checked again
+            self.box.ctl("rm", *odd, check=False)
+        self.earlier = listed
         self.tags = {}
         self._workload()
         self.counts["reboots"] += 1
@@ -205,16 +208,20 @@ class RebootBox:
         if n:
             self.counts[key] += n
             if len(self.problems) < 12:
-                self.problems.append(f"boot {self.boot - 1}: {what}")
+                self.problems.append(f"reboot {self.counts['reboots'] + 1}: {what}")
 
-    def _check(self, ps: dict, noted: dict[str, int]) -> None:
+    def _check(self, ps: dict, noted: dict[str, int]) -> list[str]:
+        """Count what the sessions of the boot that ended kept; those listed as ended by
+        the reboot."""
         others = [tag for tag in self.tags.values() if tag]
+        listed = []
         for sid, tag in self.tags.items():
             info = ps.get(sid)
             if not info or info.get("ended_by") != "reboot" or info.get("state") != "lost":
                 self._bad("reboot_sessions_missing", 1, f"{sid} ({tag or 'redraw'}) listed as "
                           f"{info and {k: info.get(k) for k in ('state', 'ended_by')}}")
                 continue
+            listed.append(sid)
             self.counts["reboot_sessions_checked"] += 1
             if not tag:
                 self._check_screen(sid, noted[sid], others)
@@ -232,6 +239,7 @@ class RebootBox:
                       f"{bad} breaks: {[(a, b) for a, b in zip(nums, nums[1:]) if b != a + 1][:3]}")
             crossed = [t for t in others if t != tag and numbers(text, t)]
             self._bad("reboot_crossed", bool(crossed), f"{sid} ({tag}) holds {crossed}")
+        return listed
 
     def _check_screen(self, sid: str, noted: int, others: list[str]) -> None:
         """The redrawing program's saved screen: every row of one frame or the next,
