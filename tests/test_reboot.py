@@ -24,10 +24,8 @@ import pytest
 
 from conftest import PYTHON, ROOT, Env, ensure_user, wait_for
 from dirwatch import Renames
+from nested import Instance, InstanceError, Nested, kept_dirs, remove_kept, sane_env
 from test_attach import Attach
-
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-from sysinstance import Instance, InstanceError, sane_env  # noqa: E402
 
 sys.path.insert(0, ROOT)
 from ptyhostd import statedir  # noqa: E402
@@ -289,35 +287,6 @@ def test_past_the_cap_the_files_of_the_oldest_ended_sessions_go(host):
 # --- a nested instance, powered off and booted again -------------------------------------
 
 
-class Nested:
-    """clowder inside a nested instance, for Attach (test_attach.py) and commands."""
-
-    def __init__(self, inst: Instance):
-        self.inst = inst
-        self.socket = "/run/clowder/ptyhost.sock"
-        self.env = sane_env()
-
-    def _as(self, argv: list[str]) -> list[str]:
-        return ["nsenter", "-t", str(self.inst.pid), "-a", "-r", "-w", "--",
-                "env", "--chdir=/", "--", *argv]
-
-    def run(self, *argv, check=True) -> subprocess.CompletedProcess:
-        r = self.inst.exec(list(argv), capture_output=True, cwd="/", timeout=60)
-        if check and r.returncode != 0:
-            pytest.fail(f"{argv} in the nested instance exited {r.returncode}: "
-                        f"{r.stderr.decode(errors='replace')}")
-        return r
-
-    def ctl(self, *args, check=True) -> subprocess.CompletedProcess:
-        return self.run(PYTHON, "-m", "ctl", *args, check=check)
-
-    def ps(self) -> dict:
-        return {s["id"]: s for s in json.loads(self.ctl("ps", "--all", "--json").stdout)}
-
-    def install(self) -> None:
-        self.ctl("install-units", "--system", "--exec-start", f"{PYTHON} -m ptyhostd")
-
-
 CONFIG = """\
 agents:
   - name: bot
@@ -333,13 +302,8 @@ def test_sessions_and_agents_across_a_reboot(systemd_required):
     by the reboot with their last screens; the agent runs again through its resume
     command; `attach --agent` shows the frozen last screen and the notice, then the
     resumed program's output."""
-    kept = tempfile.mkdtemp(prefix="clowder-reboot-", dir="/var/tmp")
-    binds = []
-    for sub, inside in (("ptyhost", "/var/lib/clowder-ptyhost"), ("control", "/var/lib/clowder"),
-                        ("etc", "/etc/clowder")):
-        os.mkdir(os.path.join(kept, sub))
-        binds.append((os.path.join(kept, sub), inside))
-    inst = Instance("clowder-reboot", boot_timeout=90, kept=tuple(binds))
+    kept, binds = kept_dirs("clowder-reboot-")
+    inst = Instance("clowder-reboot", boot_timeout=90, kept=binds)
     try:
         inst.start()
         box = Nested(inst)
@@ -390,10 +354,7 @@ def test_sessions_and_agents_across_a_reboot(systemd_required):
         pytest.fail(f"the nested instance failed: {exc}")
     finally:
         inst.stop(timeout=60)
-        for dirpath, dirnames, filenames in os.walk(kept, topdown=False):
-            for name in filenames:
-                os.unlink(os.path.join(dirpath, name))
-            os.rmdir(dirpath)
+        remove_kept(kept)
 
 
 # --- the user scope: a lingering user's units, across the same reboot --------------------

@@ -12,13 +12,20 @@ clowder-control, for user units the re-exec of the user manager that a systemd u
 triggers (SIGRTMIN+25 to ``user@UID.service``, what Debian's systemd postinst sends),
 big pastes into a reading program, and issue 12's hostile neighbours: a client flooding
 backlog requests it never reads, one flooding clowder-control's file service the same
-way, and a session printing escape-sequence bombs at the largest size.
+way, and a session printing escape-sequence bombs at the largest size; and a reboot
+(issue 17): a nested box (tests/rebootbox.py), booted once with its state directories
+kept, powered off under its own live sessions and booted again (at most every REST
+seconds).
 
 At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
 backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
-code delivered, every kind of event thrown at least once, and the daemons' memory
-within a bound.  The counts of each scope are one ``soak-report`` JSON line in pytest's
-closing summary (of ``make test`` too); docs/bench.md keeps a long run's.
+code delivered, every kind of event thrown at least once, the daemons' memory within a
+bound, and after each reboot: every session of the previous boot listed as ended by it,
+its saved history holding the last line noted before the poweroff without gap or
+duplicate, the redrawn screen saved whole and coloured, nothing crossed, the agent
+running again through its resume command, earlier boots' saved sessions still listed.
+The counts of each scope are one ``soak-report`` JSON line in pytest's closing summary
+(of ``make test`` too); docs/bench.md keeps a long run's.
 
 A new failure mode found elsewhere becomes one more entry in EVENTS.
 """
@@ -38,6 +45,7 @@ import time
 import pytest
 
 from conftest import PYTHON, SUMMARY, wait_for
+from rebootbox import KEYS as REBOOT_KEYS, RebootBox
 from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
 from test_watchdog import timespan
@@ -51,6 +59,9 @@ PASTE_BYTES = int(os.environ.get("CLOWDER_SOAK_PASTE_BYTES", 1 << 20))
 # the bound covers ten sessions' terminal models and the clients that never read).
 HOST_RSS_BOUND = 256 << 20
 CONTROL_RSS_BOUND = 192 << 20
+# Seconds an event kind rests after it was thrown before it is thrown again: a reboot
+# takes seconds (a poweroff, a boot, the checks), and a run of them would be the run.
+REST = {"reboot": 20.0}
 
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
@@ -164,6 +175,7 @@ class Soak:
         self.floods: list[socket.socket] = []  # hoarders that never read (issue 12)
         self.service_floods: list[socket.socket] = []  # the same, on clowder-control
         self.peak = {"host": 0, "control": 0}
+        self.box: RebootBox | None = None  # the machine the reboot event powers off
         self.watchdog = timespan(host.show("clowder-ptyhost.service",
                                            "WatchdogUSec")["WatchdogUSec"])
 
@@ -171,6 +183,9 @@ class Soak:
 
     def start(self) -> None:
         h = self.host
+        if "reboot" in self.events():
+            self.box = RebootBox()  # set first: stop() cleans up a box that failed to boot
+            self.box.start()
         self.counters = {h.spawn(*counter(f"c{i}-"), name=f"soak-c{i}"): f"c{i}-"
                          for i in range(COUNTERS)}
         self.pids = {sid: h.ps()[sid]["pid"] for sid in self.counters}
@@ -327,13 +342,16 @@ class Soak:
                               name=f"soak-exit{len(self.exits)}")
         self.exits[sid] = code
 
+    def reboot(self) -> None:
+        self.box.reboot()
+
     def events(self) -> dict:
         ev = {"restart": self.restart, "kill-9": self.kill9, "sigstop": self.freeze,
               "daemon-reexec": self.reexec, "daemon-reload": self.reload_units,
               "handoff": self.handoff, "control-restart": self.control_restart,
               "control-kill-9": self.control_kill9, "paste": self.paste,
               "exit": self.exiter, "flood": self.flood, "bomb": self.bomb,
-              "service-flood": self.service_flood}
+              "service-flood": self.service_flood, "reboot": self.reboot}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         if ONLY:  # to replay one failure mode; the default run throws every kind
@@ -347,11 +365,19 @@ class Soak:
         names = sorted(events)
         deadline = time.monotonic() + SECONDS
         order: list[str] = []
+        thrown: dict[str, float] = {}  # kind -> when it was last over
         while time.monotonic() < deadline or len(set(order)) < len(names):
-            # Every kind at least once (first a shuffled round), then at random.
+            # Every kind at least once (first a shuffled round), then at random among
+            # those not resting (REST).
             pending = [n for n in names if n not in order]
+            now = time.monotonic()
+            ready = [n for n in names if now - thrown.get(n, -1e9) >= REST.get(n, 0)]
+            if not (len(order) < len(names) and pending) and not ready:
+                self.type_lines(1)  # every kind is resting (a replay of one kind)
+                time.sleep(0.5)
+                continue
             name = self.rng.choice(pending) if len(order) < len(names) and pending \
-                else self.rng.choice(names)
+                else self.rng.choice(ready)
             order.append(name)
             self.type_lines(self.rng.randrange(1, 6))
             time.sleep(self.rng.uniform(0.0, 0.4))  # the random moment
@@ -361,6 +387,7 @@ class Soak:
                 self.failed_events.append(f"{name}: {exc}")
                 raise
             self.counts[name] = self.counts.get(name, 0) + 1
+            thrown[name] = time.monotonic()
             self.type_lines(self.rng.randrange(1, 4))  # typed right after the event
             self.sample()
 
@@ -411,6 +438,8 @@ class Soak:
             r = h.ctl("wait", sid, check=False, timeout=60)
             wrong += r.returncode != code
         report["exit_codes_wrong"] = wrong
+        if self.box is not None:
+            report.update(self.box.report())
         return report
 
     def stop(self) -> None:
@@ -419,6 +448,8 @@ class Soak:
         for _sid, path, _digest in self.pastes:
             if os.path.exists(path):
                 os.unlink(path)
+        if self.box is not None:
+            self.box.close()
 
 
 def test_chaos_run_loses_nothing(host, attach):
@@ -439,7 +470,8 @@ def test_chaos_run_loses_nothing(host, attach):
     assert set(soak.counts) >= set(soak.events()), "an event kind was never thrown"
     zero = {k: report[k] for k in ("sessions_lost", "agent_respawned", "gaps_or_duplicates",
                                    "typed_missing", "typed_duplicated", "typed_out_of_order",
-                                   "pastes_not_whole", "exit_codes_wrong")}
+                                   "pastes_not_whole", "exit_codes_wrong",
+                                   *[k for k in REBOOT_KEYS if k in report])}
     assert zero == dict.fromkeys(zero, 0), f"the chaos run lost something: {report}"
     assert report["lines_checked"] > COUNTERS * 100, f"too few lines to judge: {report}"
     assert soak.peak["host"] < HOST_RSS_BOUND and soak.peak["control"] < CONTROL_RSS_BOUND, \
