@@ -368,21 +368,35 @@ class GhosttyScreen:
         end = total - self._rows if scrollback else None  # the screen's first row
         if end == 0:
             return []
+        last_col = self._cols - 1
+        if end and last_col > 0 and self._row_text(end - 1, last_col) == \
+                self._row_text(end - 1, last_col - 1):
+            # The last column adds nothing: a wide character's spacer, the character
+            # wrapped to the screen's first row, where ghostty's formatter would also
+            # give it with this row (and it would be saved twice).
+            last_col -= 1
         want = count + (0 if scrollback else self._rows) + 1
         while True:
             first = max(0, (end or total) - want)
-            lines = self._lines(ansi, first, end)
+            lines = self._lines(ansi, first, end, last_col)
             if first > 0:
                 lines = lines[1:]
             if len(lines) >= count or first == 0:
                 return lines[-count:]
             want *= 2
 
-    def _lines(self, ansi: bool, first: int, end: Optional[int] = None) -> list[str]:
+    def _row_text(self, y: int, last_col: int) -> bytes:
+        """Row ``y`` (counted from the top of the scrollback) up to ``last_col``, plain."""
+        return self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN, whole="scrollback",
+                           box=(0, y, last_col, y))
+
+    def _lines(self, ansi: bool, first: int, end: Optional[int] = None,
+               last_col: Optional[int] = None) -> list[str]:
         """The lines from the row ``first`` (counted from the top of the scrollback) to
-        the end, or to the row ``end`` (not included; same count), soft wraps joined,
-        trailing blank ones left out."""
-        box = (0, first, self._cols - 1, self._rows - 1 if end is None else end - 1)
+        the end, or to the row ``end`` (not included; same count; its row before ends at
+        ``last_col``), soft wraps joined, trailing blank ones left out."""
+        box = (0, first, self._cols - 1 if last_col is None else last_col,
+               self._rows - 1 if end is None else end - 1)
         whole = "scrollback" if end is not None else True
         if ansi:
             vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, unwrap=True, whole=whole, box=box)
