@@ -287,6 +287,37 @@ def test_past_the_cap_the_files_of_the_oldest_ended_sessions_go(host):
 # --- a nested instance, powered off and booted again -------------------------------------
 
 
+def plain_and_agent(box, plain_mark: str, agent_mark: str) -> tuple[str, dict]:
+    """Spawn a plain session printing ``plain_mark``; wait for it and for agent "bot"
+    (which prints ``agent_mark``) to run and print.  The plain session's id, the agent's
+    session as ps has it."""
+    plain = box.ctl("spawn", "--name", "plain", "--", "sh", "-c",
+                    f"printf '{plain_mark}\\n'; exec sleep 100000").stdout.decode().strip()
+    agent = wait_for(lambda: [s for s in box.ps().values() if s["name"] == "agent:bot"
+                              and s["state"] == "running"], 60, "the agent to run")[0]
+    wait_for(lambda: agent_mark.encode() in box.ctl("backlog", agent["id"]).stdout, 15,
+             "the agent's first output")
+    wait_for(lambda: plain_mark.encode() in box.ctl("backlog", plain).stdout, 15,
+             "the plain session's output")
+    return plain, agent
+
+
+def frozen_then_resumed(box, last: bytes, resumed: bytes, go) -> None:
+    """`attach --agent bot` shows the frozen last screen (holding ``last``) and the
+    notice, and nothing of the resumed program until ``go()`` lets it print
+    ``resumed``, which then comes."""
+    client = Attach(box, "bot", "--agent", cols=100, rows=30)
+    try:
+        client.expect(last, 20, "the frozen last screen")
+        client.expect(b"clowder: last screen before the reboot at", 10, "the notice")
+        client.expect(b"the agent was resumed", 10, "the notice's end")
+        assert resumed not in client.out
+        go()
+        client.expect(resumed, 20, "the resumed program's output")
+    finally:
+        client.close()
+
+
 CONFIG = """\
 agents:
   - name: bot
@@ -311,14 +342,7 @@ def test_sessions_and_agents_across_a_reboot(systemd_required):
         with open(os.path.join(kept, "etc", "clowder.yaml"), "w") as f:
             f.write(CONFIG)
         box.run("systemctl", "start", "clowder-control.service")
-        plain = box.ctl("spawn", "--name", "plain", "--", "sh", "-c",
-                        "printf 'PLAIN-LAST-SCREEN\\n'; exec sleep 100000").stdout.decode().strip()
-        agent = wait_for(lambda: [s for s in box.ps().values() if s["name"] == "agent:bot"
-                                  and s["state"] == "running"], 60, "the agent to run")[0]
-        wait_for(lambda: b"BOT-FIRST-RUN" in box.ctl("backlog", agent["id"]).stdout, 15,
-                 "the agent's first output")
-        wait_for(lambda: b"PLAIN-LAST-SCREEN" in box.ctl("backlog", plain).stdout, 15,
-                 "the plain session's output")
+        plain, agent = plain_and_agent(box, "PLAIN-LAST-SCREEN", "BOT-FIRST-RUN")
         inst.stop(timeout=60)  # a poweroff: systemd stops every unit, the host too
         files = os.listdir(os.path.join(kept, "ptyhost", statedir.SUBDIR))
         assert f"{plain}.saved" in files and f"{agent['id']}.saved" in files, files
@@ -337,16 +361,8 @@ def test_sessions_and_agents_across_a_reboot(systemd_required):
                        "the agent to run again after the reboot")[0]
         assert new["id"] != agent["id"]
         assert "clowder-go" in " ".join(new["argv"]), new  # the resume command
-        client = Attach(box, "bot", "--agent", cols=100, rows=30)
-        try:
-            client.expect(b"BOT-FIRST-RUN", 20, "the frozen last screen")
-            client.expect(b"clowder: last screen before the reboot at", 10, "the notice")
-            client.expect(b"the agent was resumed", 10, "the notice's end")
-            assert b"BOT-RESUMED" not in client.out
-            box.run("touch", "/run/clowder-go")
-            client.expect(b"BOT-RESUMED", 20, "the resumed program's output")
-        finally:
-            client.close()
+        frozen_then_resumed(box, b"BOT-FIRST-RUN", b"BOT-RESUMED",
+                            lambda: box.run("touch", "/run/clowder-go"))
         box.ctl("rm", plain)
         assert not os.path.exists(os.path.join(kept, "ptyhost", statedir.SUBDIR,
                                                f"{plain}.saved"))
@@ -450,15 +466,7 @@ def test_a_lingering_users_sessions_and_agents_across_a_reboot(systemd_required)
         for path in (config, os.path.join(config, "clowder.yaml")):
             os.chown(path, uid, gid)
         box.as_user("systemctl", "--user", "start", "clowder-control.service")
-        plain = box.ctl("spawn", "--name", "plain", "--", "sh", "-c",
-                        "printf 'USER-PLAIN-LAST-SCREEN\\n'; exec sleep 100000"
-                        ).stdout.decode().strip()
-        agent = wait_for(lambda: [s for s in box.ps().values() if s["name"] == "agent:bot"
-                                  and s["state"] == "running"], 60, "the user's agent to run")[0]
-        wait_for(lambda: b"USERBOT-FIRST-RUN" in box.ctl("backlog", agent["id"]).stdout, 15,
-                 "the agent's first output")
-        wait_for(lambda: b"USER-PLAIN-LAST-SCREEN" in box.ctl("backlog", plain).stdout, 15,
-                 "the plain session's output")
+        plain, agent = plain_and_agent(box, "USER-PLAIN-LAST-SCREEN", "USERBOT-FIRST-RUN")
         where = box.state_directory()
         assert where.startswith(box.home + "/"), where  # in the kept home
         saved = os.path.join(home, where[len(box.home) + 1:], statedir.SUBDIR)
@@ -482,16 +490,8 @@ def test_a_lingering_users_sessions_and_agents_across_a_reboot(systemd_required)
             assert mark in box.ctl("snapshot", sid).stdout.decode()
         assert new["id"] != agent["id"]
         assert USER_GO in " ".join(new["argv"]), new  # the resume command
-        client = Attach(box, "bot", "--agent", cols=100, rows=30)
-        try:
-            client.expect(b"USERBOT-FIRST-RUN", 20, "the frozen last screen")
-            client.expect(b"clowder: last screen before the reboot at", 10, "the notice")
-            client.expect(b"the agent was resumed", 10, "the notice's end")
-            assert b"USERBOT-RESUMED" not in client.out
-            box.as_user("touch", USER_GO)
-            client.expect(b"USERBOT-RESUMED", 20, "the resumed program's output")
-        finally:
-            client.close()
+        frozen_then_resumed(box, b"USERBOT-FIRST-RUN", b"USERBOT-RESUMED",
+                            lambda: box.as_user("touch", USER_GO))
         box.ctl("rm", plain)
         assert not os.path.exists(os.path.join(saved, f"{plain}.saved"))
     except InstanceError as exc:
