@@ -30,6 +30,14 @@ resume command of the next boot (its tag names the boot), boots it again, and co
 - ``reboot_saved_lost``: sessions saved in an earlier boot and not removed that are no
   longer listed as ended by the reboot.
 
+A power cut (``reboot(cut=True)``, the chaos run's ``power-cut``) kills the box's
+PID 1 with SIGKILL instead of powering it off, once every session of the boot has
+been saved once: nothing is written at the end, so what comes back is the files of the
+last periodic round (at most INTERVAL old with these few sessions).  The same counts
+hold, except that a saved history need only reach STALE lines before the last one
+noted (the lines a counter prints in 3 x INTERVAL) and the redrawn screen need only be
+one whole frame, of any age.
+
 The sessions of a boot are checked at the next reboot and removed (``rm``) at the one
 after it, so the state directory holds at most two boots' files.
 """
@@ -37,15 +45,21 @@ after it, so the state directory holds at most two boots' files.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 
-from conftest import PYTHON
+from conftest import PYTHON, wait_for
 from nested import Instance, Nested, kept_dirs, remove_kept
 from test_control import COUNTER
+from ptyhostd import statedir
 
 COUNTERS = 3
 TEMPO = 0.01  # seconds between two numbered lines of a box session
+# How far behind the last line noted a power cut's saved history may end: the lines a
+# counter prints in 3 x INTERVAL (one round's age, a round's making, the noting).
+STALE = int(3 * statedir.INTERVAL / TEMPO)
 ROWS = 20  # rows of the redrawing program's frame
 # A full-screen program: the alternate screen, every row of a frame rewritten in place
 # with its colour (no clear), so any moment's screen is one frame or the next.
@@ -106,6 +120,7 @@ class RebootBox:
         self.counts.update(reboots=0, reboot_sessions_checked=0, reboot_lines_checked=0,
                            reboot_earlier_checked=0, reboot_seconds=0.0)
         self.problems: list[str] = []  # what was counted under KEYS, the first few
+        self.cut = False  # the last reboot was a power cut
 
     # --- the box ----------------------------------------------------------------------
 
@@ -175,11 +190,20 @@ class RebootBox:
                 return got[-1] if got else -1
             time.sleep(0.1)
 
-    def reboot(self) -> None:
-        """Note the sessions' last lines, power off, boot again, count what was kept."""
+    def reboot(self, cut: bool = False) -> None:
+        """Note the sessions' last lines, power off (``cut``: kill PID 1 once every
+        session was saved once), boot again, count what was kept."""
         began = time.monotonic()
+        if cut:
+            saved = f"{self.kept}/ptyhost/{statedir.SUBDIR}"
+            wait_for(lambda: all(os.path.exists(f"{saved}/{sid}{statedir.SUFFIX}")
+                                 for sid in self.tags), 3 * statedir.INTERVAL,
+                     "every session of the box to be saved once before the power cut")
         noted = {sid: self._last(sid, tag) for sid, tag in self.tags.items()}
+        if cut:  # nothing stops, nothing is written: the power is gone
+            os.kill(self.inst.pid, signal.SIGKILL)
         self.inst.stop(timeout=60)  # a poweroff: systemd stops every unit, the host too
+        self.cut = cut
         self.boot += 1
         with open(f"{self.kept}/etc/clowder.yaml", "w") as f:
             f.write(config(self.boot))
@@ -232,8 +256,11 @@ class RebootBox:
             nums = numbers(text, tag)
             self.counts["reboot_lines_checked"] += len(nums)
             held = f"{len(nums)} lines {nums[:1]}..{nums[-1:]}"
-            self._bad("reboot_last_line_missing", noted[sid] not in nums,
-                      f"{sid} ({tag}) saved {held}, not {tag}{noted[sid]} noted before")
+            missing = noted[sid] not in nums if not self.cut else \
+                not nums or nums[-1] < noted[sid] - STALE
+            self._bad("reboot_last_line_missing", missing,
+                      f"{sid} ({tag}) saved {held}, not {tag}{noted[sid]} noted before"
+                      + (f" (less {STALE}: a power cut)" if self.cut else ""))
             bad = breaks(nums)
             self._bad("reboot_gaps_or_duplicates", bad, f"{sid} ({tag}) saved {held} with "
                       f"{bad} breaks: {[(a, b) for a, b in zip(nums, nums[1:]) if b != a + 1][:3]}")
@@ -249,7 +276,7 @@ class RebootBox:
         ansi = self.box.ctl("snapshot", "--format", "ansi", sid).stdout.decode(errors="replace")
         coloured = re.search(r"\x1b\[(?:[0-9;]*;)?(?:3[1-6]|38;5;[1-6])[;m]", ansi)
         self._bad("reboot_screens_wrong", bool(
-            sorted(rows) != list(range(ROWS)) or min(rows.values()) < noted
+            sorted(rows) != list(range(ROWS)) or (min(rows.values()) < noted and not self.cut)
             or max(rows.values()) - min(rows.values()) > 1 or not coloured),
             f"{sid} (redraw) saved rows {sorted(set(rows.values()))} of {len(rows)}, "
             f"frame {noted} noted before, coloured: {bool(coloured)}")

@@ -31,7 +31,7 @@ STREAMS = {
     "short-scrollback": numbered(ROWS + 2, b""),  # fewer lines than the screen's rows
     "no-scrollback": numbered(3),
     "wrapped": b"".join(b"%d-" % i + b"w" * 70 + b"\r\n" for i in range(12)) + b"$ ",
-    # Wide characters filling rows to their last column (see the xfail below).
+    # Wide characters filling rows to their last column.
     "wide": "".join(f"{i:x} 宽字符宽字符宽字符宽字符宽字符宽字符\r\n" for i in range(15)).encode(),
     "colours": b"".join(b"\x1b[3%dmred-%d\x1b[0m plain\r\n" % (i % 8, i) for i in range(20)),
     "cleared": numbered(30) + b"\x1b[H\x1b[2Jafter clear 1\r\nafter clear 2",

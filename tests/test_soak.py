@@ -15,7 +15,8 @@ backlog requests it never reads, one flooding clowder-control's file service the
 way, and a session printing escape-sequence bombs at the largest size; and a reboot
 (issue 17): a nested box (tests/rebootbox.py), booted once with its state directories
 kept, powered off under its own live sessions and booted again (at most every REST
-seconds).
+seconds), and a power cut of the same box (its PID 1 killed: only the periodic saves
+are there at the next boot).
 
 At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
 backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
@@ -61,7 +62,7 @@ HOST_RSS_BOUND = 256 << 20
 CONTROL_RSS_BOUND = 192 << 20
 # Seconds an event kind rests after it was thrown before it is thrown again: a reboot
 # takes seconds (a poweroff, a boot, the checks), and a run of them would be the run.
-REST = {"reboot": 20.0}
+REST = {"reboot": 20.0, "power-cut": 20.0}
 
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
@@ -183,7 +184,7 @@ class Soak:
 
     def start(self) -> None:
         h = self.host
-        if "reboot" in self.events():
+        if {"reboot", "power-cut"} & set(self.events()):
             self.box = RebootBox()  # set first: stop() cleans up a box that failed to boot
             self.box.start()
         self.counters = {h.spawn(*counter(f"c{i}-"), name=f"soak-c{i}"): f"c{i}-"
@@ -345,13 +346,17 @@ class Soak:
     def reboot(self) -> None:
         self.box.reboot()
 
+    def power_cut(self) -> None:
+        self.box.reboot(cut=True)
+
     def events(self) -> dict:
         ev = {"restart": self.restart, "kill-9": self.kill9, "sigstop": self.freeze,
               "daemon-reexec": self.reexec, "daemon-reload": self.reload_units,
               "handoff": self.handoff, "control-restart": self.control_restart,
               "control-kill-9": self.control_kill9, "paste": self.paste,
               "exit": self.exiter, "flood": self.flood, "bomb": self.bomb,
-              "service-flood": self.service_flood, "reboot": self.reboot}
+              "service-flood": self.service_flood, "reboot": self.reboot,
+              "power-cut": self.power_cut}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         if ONLY:  # to replay one failure mode; the default run throws every kind
