@@ -64,10 +64,11 @@ engines = pytest.mark.parametrize("engine", [
 
 
 def known(request, engine: str, name: str) -> None:
-    """An expected failure of ``engine`` on ``name``, with its cause (the test still runs:
-    an XPASS shows it is fixed)."""
+    """An expected failure of ``engine`` on ``name``, with its cause.  Strict: the
+    streams are seeded, so each fails every run, and one that passes (the cause fixed)
+    fails the suite until its entry goes."""
     if (engine, name) in KNOWN:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN[engine, name], strict=False))
+        request.applymarker(pytest.mark.xfail(reason=KNOWN[engine, name], strict=True))
 
 
 @functools.lru_cache(maxsize=None)
