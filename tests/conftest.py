@@ -71,16 +71,23 @@ def under_systemd() -> bool:
         open("/proc/1/comm").read().strip() == "systemd"
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.01):
-    """Poll ``predicate`` until it returns a truthy value; fail saying ``what`` did not happen."""
+def poll(predicate, timeout: float, interval: float = 0.01):
+    """Poll ``predicate`` until it returns a truthy value, which is returned; after
+    ``timeout`` seconds its last (falsy) value, for a caller that counts rather than fails."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
-        if value:
+        if value or time.monotonic() > deadline:
             return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for: {what}")
         time.sleep(interval)
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.01):
+    """Poll ``predicate`` until it returns a truthy value; fail saying ``what`` did not happen."""
+    value = poll(predicate, timeout, interval)
+    if not value:
+        pytest.fail(f"timed out after {timeout} s waiting for: {what}")
+    return value
 
 
 @contextlib.contextmanager

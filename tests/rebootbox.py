@@ -50,7 +50,7 @@ import re
 import signal
 import time
 
-from conftest import PYTHON, wait_for
+from conftest import PYTHON, poll, wait_for
 from nested import Instance, Nested, kept_dirs, remove_kept
 from test_control import COUNTER
 from ptyhostd import statedir
@@ -161,15 +161,11 @@ class RebootBox:
         """The agent's running session once clowder-control has spawned it, if its argv
         is this boot's command (the resume command after a reboot); else None, counted."""
         want = counter("bot0-") if self.boot == 0 else counter(f"bot{self.boot}-")
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            found = [s for s in self.box.ps().values()
-                     if s["name"] == "agent:bot" and s["state"] == "running"]
-            if found and found[0]["argv"] == want:
-                return found[0]["id"]
-            if found:
-                break
-            time.sleep(0.2)
+        found = poll(lambda: [s for s in self.box.ps().values()
+                              if s["name"] == "agent:bot" and s["state"] == "running"],
+                     seconds, interval=0.2)
+        if found and found[0]["argv"] == want:
+            return found[0]["id"]
         self._bad("reboot_agent_not_resumed", 1, f"the agent's running session: "
                   f"{found[0]['argv'] if found else None}, not {want}")
         return None
@@ -179,16 +175,14 @@ class RebootBox:
     def _last(self, sid: str, tag: str) -> int:
         """The last whole numbered line (or frame) ``sid``'s backlog holds; -1 if none
         within 15 s of the event."""
-        deadline = time.monotonic() + 15
-        while True:
+        def held() -> list[int]:
             text = self.box.ctl("backlog", sid).stdout.decode(errors="replace")
             if tag:
-                got = numbers(text, tag)
-            else:  # the last frame whose every row was written
-                got = [int(n) for n in re.findall(rf"frame-(\d+) row-{ROWS - 1}\x1b", text)]
-            if got or time.monotonic() > deadline:
-                return got[-1] if got else -1
-            time.sleep(0.1)
+                return numbers(text, tag)
+            # The last frame whose every row was written.
+            return [int(n) for n in re.findall(rf"frame-(\d+) row-{ROWS - 1}\x1b", text)]
+        got = poll(held, 15, interval=0.1)
+        return got[-1] if got else -1
 
     def reboot(self, cut: bool = False) -> None:
         """Note the sessions' last lines, power off (``cut``: kill PID 1 once every

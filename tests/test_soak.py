@@ -378,8 +378,10 @@ class Soak:
             now = time.monotonic()
             ready = [n for n in names if now - thrown.get(n, -1e9) >= REST.get(n, 0)]
             if not (len(order) < len(names) and pending) and not ready:
-                self.type_lines(1)  # every kind is resting (a replay of one kind)
-                time.sleep(0.5)
+                # Every kind is resting (a replay of one kind): type, and wait up to
+                # 0.5 s for the echo.
+                self.type_lines(1)
+                self.typist._read(0.5)
                 continue
             name = self.rng.choice(pending) if len(order) < len(names) and pending \
                 else self.rng.choice(ready)
