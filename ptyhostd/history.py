@@ -44,7 +44,7 @@ def fit(lines: list[str], budget: int) -> list[str]:
 
 
 # An escape sequence (CSI, OSC, or a two-byte one), as a line with its SGR holds them.
-_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
+ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 
 
 def _tail(line: str, budget: int) -> str:
@@ -54,7 +54,7 @@ def _tail(line: str, budget: int) -> str:
     cut = len(line) - len(raw[len(raw) - budget:].decode("utf-8", "ignore"))
     esc = line.rfind("\x1b", max(0, cut - 256), cut)
     if esc >= 0:
-        seq = _ESCAPE.match(line, esc)
+        seq = ESCAPE.match(line, esc)
         if seq is not None and seq.end() > cut:
             cut = seq.end()
     return line[cut:]

@@ -604,20 +604,19 @@ class Session:
         """For the state directory: the last ``count`` lines that scrolled off (with
         their SGR, within ``budget`` bytes) and the repaint of the screen, from one look
         at the model, so no line is in both or in neither.  Fed to a fresh terminal as
-        the lines, enough newlines to scroll them all off, then the repaint, they give
-        back the scrollback and the screen."""
+        the lines, a scroll of them off the screen, then the repaint, they give back the
+        scrollback and the screen (statedir.saved_body)."""
         from .history import fit, last_lines
-        if engine.follows_output():
-            (lines, (vt, _, _)), _ = await self.screen_call(lambda screen: (
-                screen.history_lines(count, ansi=True, scrollback=True), painted(screen)))
-            if not self.screen_budget_hits and (self.screen_start <= self.ring.tail
-                                                or len(lines) >= count):
-                return fit(lines, budget), vt
-        else:
-            (vt, _, _), _ = await self.screen_call(painted)
-        # The raw line model (pyte, or a model that lost lines to a bomb): its last lines
-        # less as many as the screen shows (a line wrapped on the screen may go with them).
-        text, _ = await self.screen_call(lambda screen: screen.snapshot("text"))
+        follows = engine.follows_output()
+        (lines, (vt, _, _), text), _ = await self.screen_call(lambda screen: (
+            screen.history_lines(count, ansi=True, scrollback=True) if follows else None,
+            painted(screen), screen.snapshot("text")))
+        if follows and not self.screen_budget_hits and (self.screen_start <= self.ring.tail
+                                                        or len(lines) >= count):
+            return fit(lines, budget), vt
+        # The raw line model (pyte, or a model that lost lines to a bomb), read after
+        # the look: its last lines less as many as the screen showed (a line wrapped on
+        # the screen, or output since, may shift them by a line).
         shown = len(text.rstrip().split("\n")) if text.strip() else 0
         lines = await last_lines(self.ring, count + shown, budget, self.cols)
         return (lines[:-shown] if shown else lines)[-count:], vt

@@ -39,7 +39,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import time
 from typing import Optional
 
@@ -65,16 +64,15 @@ REPORT_EVERY = 60.0  # seconds: one journal line per cause at most
 TRIMMED = ("trimmed",)  # a session whose file went for the cap
 
 
-_ESCAPES = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-
-
 def _rows_used(tail: bytes, cols: int, most: int) -> int:
     """The screen rows the last lines of ``tail`` (each ending in CRLF) fill, at most
     ``most``: a line wider than the screen wraps onto more than one."""
     from wcwidth import wcswidth
+
+    from .history import ESCAPE
     used = 0
     for line in reversed(tail.split(b"\r\n")[:-1]):
-        text = _ESCAPES.sub(b"", line).decode("utf-8", "replace")
+        text = ESCAPE.sub("", line.decode("utf-8", "replace"))
         width = wcswidth(text)
         used += max(1, -(-(width if width >= 0 else len(text)) // max(1, cols)))
         if used >= most:
