@@ -21,6 +21,7 @@ import functools
 import json
 import logging
 import os
+import re
 import select
 import time
 from typing import TYPE_CHECKING, Callable, Optional
@@ -80,15 +81,33 @@ MODEL_LAG_MIN, MODEL_LAG_MAX = 64 * 1024, 160 * 1024
 # right after it waited for a rebuild.  Memory is bounded by the scrollback's byte limit
 # either way (screenmemory.py); compression only gives back what is under it.
 COMPACT_AFTER = 0.5
-# A read this small, of plain text only (no ESC or other control but CR, LF, BS, TAB),
-# with the model's parser in its ground state and nobody else using the model, is fed
-# on the loop at once (``_feed_inline``): a keystroke's echo then costs no hop to the
-# screen pool, whose thread hand-offs cost ~0.1 ms an echo (0.21 -> 0.12 ms p50,
-# docs/design.md "Echo without a hop").  Its cost is linear in its bytes (no sequence
-# can make a few bytes touch the whole screen): a few microseconds on the loop.
-INLINE_FEED = 256
+# A read this small, of cheap output only (plain text, and whole sequences whose cost
+# is bounded by a row: SGR, erase in line, cursor moves, the cursor's and synchronized
+# output's modes), with the model's parser in its ground state and nobody else using the
+# model, is fed on the loop at once (``_feed_inline``).  A keystroke's echo then costs
+# no hop to the screen pool, whose thread hand-offs cost ~0.1 ms an echo (0.21 -> 0.12
+# ms p50, docs/design.md "Echo without a hop"); and many sessions printing a little at
+# a time (agents' logs, a coloured line every few ms) cost no hop a read: at 100
+# sessions writing every 20 ms the hops and the GIL hand-backs of the pool's threads
+# held the loop for tens of ms (docs/design.md "Many sessions printing").  Its cost is
+# linear in its bytes (no such sequence can make a few bytes touch the whole screen):
+# ghostty parses text at 49 MB/s or more here, so at most ~80 us on the loop.
+INLINE_FEED = 4096
 # The bytes that may be fed inline: printable ASCII, UTF-8's bytes, CR, LF, BS and TAB.
 _PLAIN = bytes(range(0x20, 0x7f)) + bytes(range(0x80, 0x100)) + b"\r\n\b\t"
+# ... and the whole sequences: what is left once they are taken out must be plain.
+# (Not CSI J, scrolls, insertions or repeats, DECALN, nor other modes: their cost is
+# the screen's, or they reshape it.)
+_CHEAP = re.compile(rb"\x1b\[[0-9;:]{0,32}[mKHfABCDGd]|\x1b\[\?(?:25|2026)[hl]")
+
+
+def cheap_output(data: bytes) -> bool:
+    """True if feeding ``data`` to a model in its ground state costs no more than its
+    length and leaves the parser in its ground state (see INLINE_FEED)."""
+    return not data.translate(None, _PLAIN) or \
+        not _CHEAP.sub(b"", data).translate(None, _PLAIN)
+
+
 # A terminal client this far behind is repainted rather than sent what it missed.
 RESYNC_AFTER = 1 << 20
 # A client whose terminal is not the session's size is sent frames (screen_view.py),
@@ -418,7 +437,7 @@ class Session:
             return False  # the pool's path: it also trims to a new scrollback share
         if data is None:
             data = self.ring.read(start, self.ring.head)
-        if data.translate(None, _PLAIN):
+        if not cheap_output(data):
             self._ground = False  # a sequence or control: it may leave the parser in one
             return False
         if not self._ground:

@@ -184,7 +184,9 @@ def test_the_repaints_common_prefix_is_os_paths():
 # not be fed on the loop while the parser is inside the sequence), a UTF-8 character cut
 # in two.  ptyhostd/session.py, ``_feed_inline``.
 PIECES = ["ab", "\x1b[3", "1m", "red", "\x1b[0", "m", " A\x1b[3", "b", "z\r\n",
-          "\xc3", "\xa9", "x"]
+          "\xc3", "\xa9", "x",
+          # whole cheap sequences (fed on the loop), then one cut in two (the pool's)
+          "\x1b[32mg\x1b[0m", "\x1b[4;2Hq\x1b[?25l", "\x1b[2", "Kw"]
 PIECER = """\
 import os, sys, termios, tty
 tty.setraw(0)
@@ -195,6 +197,19 @@ for p in pieces:
     os.write(1, p)
 os.read(0, 1)
 """
+
+
+def test_only_output_whose_cost_is_its_length_is_fed_on_the_loop():
+    """What ``_feed_inline`` takes: text, and whole sequences bounded by a row."""
+    from ptyhostd.session import cheap_output
+    for data in (b"plain text\r\n", "é\t\b".encode(), b"\x1b[1;38;5;208mred\x1b[0m",
+                 b"\x1b[2K\x1b[3A\x1b[1G\x1b[12;40H\x1b[?25l\x1b[?2026h\x1b[?2026l",
+                 b"\x1b[38:2::1:2:3m"):
+        assert cheap_output(data), data
+    for data in (b"\x1b[9999b", b"\x1b#8", b"\x1b[2J", b"\x1b[?1049h", b"\x1b[?3h",
+                 b"\x1b[99999L", b"\x1b[500S", b"text\x1b[", b"\x1b[31", b"\x1b", b"a\x07",
+                 b"\x1b]0;title\x07", b"\x1b[" + b"1;" * 40 + b"m", b"\x1b\x1b[0m"):
+        assert not cheap_output(data), data
 
 
 def test_small_reads_fed_on_the_loop_and_in_the_pool_make_one_screen(host):
@@ -212,11 +227,13 @@ def test_small_reads_fed_on_the_loop_and_in_the_pool_make_one_screen(host):
                  f"the program's piece {piece!r} in the backlog")
     doc = snapshot(host, sid)
     assert row_text(doc, 1).rstrip() == "abred AAAAz", doc["rows"]
-    assert row_text(doc, 2).rstrip() == "éx", doc["rows"]
+    assert row_text(doc, 2).rstrip() == "éxg", doc["rows"]
     assert cell_at(doc, 1, 1) == ("b", {}), doc
     assert cell_at(doc, 2, 1) == ("r", {"fg": 1}), doc
     assert cell_at(doc, 5, 1)[1] == {}, doc
-    assert doc["cursor"]["x"] == 2 and doc["cursor"]["y"] == 2, doc["cursor"]
+    assert cell_at(doc, 2, 2) == ("g", {"fg": 2}), doc
+    assert row_text(doc, 3).rstrip() == "  w", doc["rows"]  # the q erased by CSI 2 K
+    assert doc["cursor"]["x"] == 3 and doc["cursor"]["y"] == 3, doc["cursor"]
     log = host.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={pid}"]
                    ).stdout.decode(errors="replace")
     assert "Traceback" not in log and "Exception in callback" not in log, log[-3000:]
