@@ -99,13 +99,19 @@ _PLAIN = bytes(range(0x20, 0x7f)) + bytes(range(0x80, 0x100)) + b"\r\n\b\t"
 # (Not CSI J, scrolls, insertions or repeats, DECALN, nor other modes: their cost is
 # the screen's, or they reshape it.)
 _CHEAP = re.compile(rb"\x1b\[[0-9;:]{0,32}[mKHfABCDGd]|\x1b\[\?(?:25|2026)[hl]")
+# An erase in line clears a row (up to 1,000 cells): a read of nothing else would make
+# 4 KiB clear a million cells on the loop.  Reads whose "K"s (counted as erases, text's
+# own too) could clear more than this many cells go to the pool.
+INLINE_CELLS = 32 * 1024
 
 
-def cheap_output(data: bytes) -> bool:
-    """True if feeding ``data`` to a model in its ground state costs no more than its
-    length and leaves the parser in its ground state (see INLINE_FEED)."""
-    return not data.translate(None, _PLAIN) or \
-        not _CHEAP.sub(b"", data).translate(None, _PLAIN)
+def cheap_output(data: bytes, cols: int) -> bool:
+    """True if feeding ``data`` to a model of ``cols`` columns in its ground state costs
+    about its length and leaves the parser in its ground state (see INLINE_FEED)."""
+    if not data.translate(None, _PLAIN):
+        return True
+    return data.count(b"K") * cols <= INLINE_CELLS \
+        and not _CHEAP.sub(b"", data).translate(None, _PLAIN)
 
 
 # A terminal client this far behind is repainted rather than sent what it missed.
@@ -437,7 +443,7 @@ class Session:
             return False  # the pool's path: it also trims to a new scrollback share
         if data is None:
             data = self.ring.read(start, self.ring.head)
-        if not cheap_output(data):
+        if not cheap_output(data, self.cols):
             self._ground = False  # a sequence or control: it may leave the parser in one
             return False
         if not self._ground:

@@ -38,6 +38,7 @@ def _csi_params(n: int) -> bytes:
 
 BOMBS = {
     "cursor-forward": b"\x1b[20000000C x",
+    "erase-lines": b"\x1b[41m\x1b[2K\x1b[A\x1b[2K\x1b[B",  # cheap sequences, costly rows
     "coloured-erase": b"\x1b[41m\x1b[2J",
     "decaln": b"\x1b#8",
     "rep": b"x\x1b[65535b",

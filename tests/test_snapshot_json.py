@@ -205,11 +205,13 @@ def test_only_output_whose_cost_is_its_length_is_fed_on_the_loop():
     for data in (b"plain text\r\n", "é\t\b".encode(), b"\x1b[1;38;5;208mred\x1b[0m",
                  b"\x1b[2K\x1b[3A\x1b[1G\x1b[12;40H\x1b[?25l\x1b[?2026h\x1b[?2026l",
                  b"\x1b[38:2::1:2:3m"):
-        assert cheap_output(data), data
+        assert cheap_output(data, 500), data
+    assert cheap_output(b"x\x1b[2K" * 60, 500)  # a screenful of erased rows
+    assert not cheap_output(b"\x1b[2K" * 100, 500), "50,000 cells cleared by 400 bytes"
     for data in (b"\x1b[9999b", b"\x1b#8", b"\x1b[2J", b"\x1b[?1049h", b"\x1b[?3h",
                  b"\x1b[99999L", b"\x1b[500S", b"text\x1b[", b"\x1b[31", b"\x1b", b"a\x07",
                  b"\x1b]0;title\x07", b"\x1b[" + b"1;" * 40 + b"m", b"\x1b\x1b[0m"):
-        assert not cheap_output(data), data
+        assert not cheap_output(data, 80), data
 
 
 def test_small_reads_fed_on_the_loop_and_in_the_pool_make_one_screen(host):
