@@ -205,12 +205,14 @@ def main() -> int:
 
 # Sections of docs/bench.md that come from another run than this one stand between
 # these marks, and a new report keeps them: the chaos run's counts (make test-soak),
-# clowderctl's start-up (bench/startup.py) and the state directory's saves
-# (bench/statedir.py).
+# clowderctl's start-up (bench/startup.py), the fleet (bench/fleet.py) and the state
+# directory's saves (bench/statedir.py).
 KEPT = (("<!-- chaos run (make test-soak): kept by bench/run.py -->",
          "<!-- end of the chaos run -->"),
         ("<!-- start-up (bench/startup.py): kept by bench/run.py -->",
          "<!-- end of the start-up -->"),
+        ("<!-- fleet (bench/fleet.py): kept by bench/run.py -->",
+         "<!-- end of the fleet -->"),
         ("<!-- saves (bench/statedir.py): kept by bench/run.py -->",
          "<!-- end of the saves -->"))
 
@@ -251,8 +253,9 @@ def write_report(results_path: str, plot_py: str | None) -> int:
         say("no matplotlib: docs/bench.png is not written")
     text = report.markdown(results, "bench.png" if have_png else None,
                            os.path.basename(results_path))
+    text = _with_kept_sections(text, md)  # read before the file is truncated below
     with open(md, "w") as f:
-        f.write(_with_kept_sections(text, md))
+        f.write(text)
     say(f"wrote {md}" + (f" and {png}" if have_png else ""))
     return 0
 
