@@ -163,19 +163,24 @@ class Attachment:
         return not self.repaints or not all(size) or \
             size == (self.session.cols, self.session.rows)
 
-    def push(self, start: int, data: bytes) -> None:
+    def push(self, start: int, data: bytes, frame: Optional[bytes] = None
+             ) -> Optional[bytes]:
         """Live bytes at ring offset ``start``; sent only if the client is in step.
         A client that is sent frames gets a new one instead (at most every
-        VIEW_INTERVAL)."""
+        VIEW_INTERVAL).  ``frame``: these bytes' Output frame if another client's push
+        made it; returns it, made here if needed, so several clients' share one."""
         if self.paused:
-            return
+            return frame
         if self.viewing or not self.sized_to_session():
             self.refresh()
-            return
+            return frame
         if self.pos != start:
-            return
-        self.conn.write_raw(protocol.encode_output(data))
+            return frame
+        if frame is None:
+            frame = protocol.encode_output(data)
+        self.conn.write_raw(frame)
         self.pos = start + len(data)
+        return frame
 
     async def repaint(self) -> None:
         """Send the current screen; live output continues from the offset after it.
@@ -416,8 +421,9 @@ class Session:
         data = None
         if got and (self.attachments or self.events is not None):
             data = ring.read(start, start + got)
+            frame = None  # encoded once for every client in step
             for att in self.attachments:
-                att.push(start, data)
+                frame = att.push(start, data, frame)
             if self.events is not None:
                 self.events.output(data)  # busy/idle, bells, notifications
         if got and self._loop is not None and engine.follows_output():

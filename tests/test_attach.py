@@ -471,6 +471,52 @@ def test_stalled_client_is_bounded_and_repainted(host):
     reader.close()
 
 
+def test_clients_in_step_get_the_same_frames_beside_a_stalled_one(host):
+    """Every live read is encoded once and the frame shared by the clients in step
+    (session.Attachment.push): two reading clients, with a stalled one attached between
+    them, each get every byte, in order."""
+    import socket as socketlib
+
+    import clowder_wire as P
+    lines = 200_000
+    sid = host.spawn("sh", "-c", f"read x; seq 1 {lines}; echo the-end; exec sleep 100000",
+                     size="80x24")
+
+    def attach_raw(**kw):
+        s = socketlib.socket(socketlib.AF_UNIX)
+        s.connect(host.socket)
+        s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION)) +
+                  P.encode(P.Attach(session=sid, read_only=True, **kw)))
+        return s
+    first = attach_raw(replay=0)
+    stalled = attach_raw()
+    stalled.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_RCVBUF, 4096)
+    second = attach_raw(replay=0)
+    host.ctl("send", sid, "go\r")
+    expected = b"".join(b"%d\r\n" % i for i in range(1, lines + 1)) + b"the-end\r\n"
+    readers = {"first": first, "second": second}
+    got = {name: bytearray() for name in readers}
+    frames = {name: P.FrameReader() for name in readers}
+    deadline = time.monotonic() + 60
+    while any(b"the-end" not in got[name][-64:] for name in readers):
+        assert time.monotonic() < deadline, "no end within 60 s: " + ", ".join(
+            f"{name} {len(got[name])} bytes" for name in readers)
+        ready, _, _ = select.select(list(readers.values()), [], [], 1)
+        for name, sock in readers.items():
+            if sock in ready:
+                chunk = sock.recv(1 << 20)
+                assert chunk, f"the {name} client was disconnected"
+                for m in frames[name].feed(chunk):
+                    if isinstance(m, P.Output):
+                        got[name] += m.data
+    for name in readers:
+        start = got[name].find(b"1\r\n2\r\n3\r\n")
+        assert start >= 0 and got[name][start:start + len(expected)] == expected, \
+            f"the {name} client missed or reordered output"
+    for sock in (first, stalled, second):
+        sock.close()
+
+
 def test_snapshot_and_history(host):
     sid = host.spawn("sh", "-c", "printf 'one\\ntwo\\rTW\\n\\033[1mbold\\033[0m\\n'; "
                      "printf '\\033[31mred\\033[0m'; exec sleep 100000", size="40x10")
