@@ -20,6 +20,7 @@ import errno
 import functools
 import json
 import logging
+import math
 import os
 import re
 import select
@@ -299,6 +300,7 @@ class Session:
         self.screen_budget_hits = 0
         self._following: Optional[asyncio.Task] = None  # the model being fed as output comes
         self._compact_timer: Optional[asyncio.TimerHandle] = None  # see COMPACT_AFTER
+        self._compact_due = 0.0  # loop time the compression waits for (inf: a follow runs)
         self._ground = False  # the model's parser is known to be in its ground state
         self._model_paused = False  # the pty is not read until the model catches up
         self._model_lag = MODEL_LAG_MIN  # bytes: MODEL_LAG_SECONDS of the model's rate
@@ -430,9 +432,7 @@ class Session:
             if got <= INLINE_FEED and self._feed_inline(start, data):
                 return
             if self._following is None:
-                if self._compact_timer is not None:
-                    self._compact_timer.cancel()
-                    self._compact_timer = None
+                self._compact_due = math.inf  # _follow re-arms it when it is done
                 self._following = self._loop.create_task(self._follow())
             if ring.head - self.screen_pos > self._model_lag and not self._model_paused:
                 self._loop.remove_reader(self.master.fd)
@@ -549,18 +549,27 @@ class Session:
             self._resume_if_caught_up(force=True)  # a failed model never holds the pty
 
     def _compact_later(self) -> None:
-        """(Re)arm the compression of the model's scrollback: output was just fed."""
+        """(Re)arm the compression of the model's scrollback: output was just fed.
+        One timer a quiet spell, not one a read: a new deadline is noted, and the timer,
+        when it fires early, waits on for it (a cancel and a new timer every read cost
+        ~5 us each, at every read of every printing session)."""
         if self._loop is None:
             return
-        if self._compact_timer is not None:
-            self._compact_timer.cancel()
-        self._compact_timer = self._loop.call_later(COMPACT_AFTER, self._compact_soon)
+        self._compact_due = self._loop.time() + COMPACT_AFTER
+        if self._compact_timer is None:
+            self._compact_timer = self._loop.call_at(self._compact_due, self._compact_soon)
 
     def _compact_soon(self) -> None:
         """Output has been quiet for COMPACT_AFTER: compress the model's scrollback."""
         self._compact_timer = None
+        loop = asyncio.get_running_loop()
+        if self._compact_due == math.inf:
+            return  # a follow runs; it re-arms when done
+        if loop.time() < self._compact_due:
+            self._compact_timer = loop.call_at(self._compact_due, self._compact_soon)
+            return
         if self._following is None and self.screen is not None:
-            task = asyncio.get_running_loop().create_task(self._compact())
+            task = loop.create_task(self._compact())
             _TASKS.add(task)
             task.add_done_callback(_TASKS.discard)
 
