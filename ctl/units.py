@@ -69,6 +69,10 @@ LimitCORE=0
 # directory ($XDG_CONFIG_HOME/clowder-ptyhost on systemd 252: systemd.exec(5)).
 StateDirectory=clowder-ptyhost
 StateDirectoryMode=0700
+# The ghostty binding's parsed declarations (ptyhostd/ghostty_abi.py), made at the first
+# start: /var/cache/clowder-ptyhost, or the user's $XDG_CACHE_HOME/clowder-ptyhost.
+CacheDirectory=clowder-ptyhost
+CacheDirectoryMode=0700
 """
 
 # Longer than anything a healthy host blocks its loop for (docs/design.md, "The

@@ -3,7 +3,8 @@
 ``ghostty`` (libghostty-vt through pyghostty, screen_ghostty.py) when installed, else
 ``pyte`` (screen.py, the tested fallback).  pyghostty is found in the Python
 environment, else in the private directory of the clowder-ghostty package
-(``PACKAGED``), which is put on the path for that one import only.  ``--screen-engine`` (or
+(``PACKAGED``); its declarations and library are loaded by ghostty_abi.py, without
+importing it.  ``--screen-engine`` (or
 $CLOWDER_SCREEN_ENGINE) forces one; a forced engine that is not installed is an error
 at start, not a silent fallback.  The choice and its cause are logged once.
 docs/design.md "Choosing the engine" has the measurements behind the default.
@@ -12,11 +13,9 @@ docs/design.md "Choosing the engine" has the measurements behind the default.
 from __future__ import annotations
 
 import errno
-import importlib
 import importlib.machinery
 import importlib.util
 import logging
-import sys
 import time
 from typing import Optional
 
@@ -46,25 +45,11 @@ def _pyghostty_where() -> Optional[str]:
     return None
 
 
-def _import_pyghostty() -> None:
-    """Import pyghostty, from PACKAGED if the environment has none; PACKAGED is on
-    sys.path only while it is imported (its modules are then found through the
-    package's own __path__), so nothing else can be picked up from there."""
-    where = _pyghostty_where()
-    if not where:  # the environment's, or none (the import then says why)
-        importlib.import_module("pyghostty")
-        return
-    sys.path.insert(0, where)
-    try:
-        importlib.import_module("pyghostty")
-    finally:
-        sys.path.remove(where)
-
-
 def _load(name: str):
     if name == "ghostty":
-        _import_pyghostty()
-        from .screen_ghostty import GhosttyScreen
+        # pyghostty's declarations and library, not its import (ghostty_abi.py: the
+        # parse of its declarations was most of a restarted host's first repaint).
+        from .screen_ghostty import GhosttyScreen  # loads it (ghostty_abi.load)
         return GhosttyScreen
     from .screen import Screen
     return Screen

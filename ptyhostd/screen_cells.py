@@ -20,8 +20,10 @@ import re
 import time
 from typing import Iterator, NamedTuple, Optional
 
-import pyghostty
-from pyghostty import ffi, lib
+from . import ghostty_abi
+
+ghostty_abi.load()  # before the names below are bound: one cffi instance for all
+from .ghostty_abi import GhosttyError, ffi, init_sized, lib, union_fn
 
 from .screen_render import ATTRS_DEFAULT, NAMES, Cell
 
@@ -131,8 +133,8 @@ class Cells:
     _grid_ref = None
 
     def __init__(self, terminal, cols: int, rows: int):
-        if Cells._grid_ref is None:  # a point is a union passed by value: see pyghostty
-            Cells._grid_ref = pyghostty._ffi.union_fn(
+        if Cells._grid_ref is None:  # a point is a union passed by value: see ghostty_abi
+            Cells._grid_ref = union_fn(
                 "ghostty_terminal_grid_ref",
                 "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
         self._t, self._cols, self._rows = terminal, cols, rows
@@ -159,13 +161,13 @@ class Cells:
         self._outs = {ctype: ffi.new(ctype + "*") for ctype in
                       ("uint8_t", "uint16_t", "uint32_t", "bool", "GhosttyCellContentTag",
                        "GhosttyCellWide")}
-        self._style = pyghostty.core.init_sized("GhosttyStyle")
+        self._style = init_sized("GhosttyStyle")
         self._count = ffi.new("uint32_t*")
         self._points = ffi.new("uint32_t[]", MAX_GRAPHEME)
         self._rgb = ffi.new("GhosttyColorRgb*")
         self._pt = ffi.new("GhosttyPointS*")
         self._pt.tag = lib.GHOSTTY_POINT_TAG_ACTIVE
-        self._ref = pyghostty.core.init_sized("GhosttyGridRef")
+        self._ref = init_sized("GhosttyGridRef")
         self._decoded: dict = {}
 
     def __enter__(self) -> "Cells":
@@ -310,13 +312,13 @@ class Cells:
 def link_uri(terminal, x: int, y: int, point=None, ref=None) -> bytes:
     """The OSC 8 URI of active cell (x, y), without controls; b"" if it has none."""
     if Cells._grid_ref is None:
-        Cells._grid_ref = pyghostty._ffi.union_fn(
+        Cells._grid_ref = union_fn(
             "ghostty_terminal_grid_ref",
             "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
     if point is None:
         point = ffi.new("GhosttyPointS*")
         point.tag = lib.GHOSTTY_POINT_TAG_ACTIVE
-    ref = ref if ref is not None else pyghostty.core.init_sized("GhosttyGridRef")
+    ref = ref if ref is not None else init_sized("GhosttyGridRef")
     point.value.x, point.value.y = x, y
     if Cells._grid_ref(terminal, point[0], ref):
         return b""
@@ -332,12 +334,12 @@ def link_uri(terminal, x: int, y: int, point=None, ref=None) -> bytes:
 
 def _check(result: int, what: str) -> None:
     if result:
-        raise pyghostty.GhosttyError(f"ghostty: {what} failed (result {result})")
+        raise GhosttyError(f"ghostty: {what} failed (result {result})")
 
 
 def pen(terminal) -> Optional[tuple]:
     """The cursor's pen (what the next character is written with) as Cell attributes."""
-    style = pyghostty.core.init_sized("GhosttyStyle")
+    style = init_sized("GhosttyStyle")
     if lib.ghostty_terminal_get(terminal, lib.GHOSTTY_TERMINAL_DATA_CURSOR_STYLE, style):
         return None
     return style_attrs(style)

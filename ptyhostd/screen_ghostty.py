@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import re
 import time
-import weakref
 from typing import Optional
 
-import pyghostty
-from pyghostty import ffi, lib
+from . import ghostty_abi
+
+ghostty_abi.load()  # before the names below are bound: one cffi instance for all
+from .ghostty_abi import GhosttyError, Terminal, ffi, init_sized, lib, union_fn
 
 from . import screen_cells
 
@@ -67,7 +68,7 @@ _TO_PRIMARY = {True: b"\x1b[?1049l", False: b"\x1b[?47l"}
 
 def _check(result: int, what: str) -> None:
     if result:
-        raise pyghostty.GhosttyError(f"ghostty: {what} failed (result {result})")
+        raise GhosttyError(f"ghostty: {what} failed (result {result})")
 
 
 def _set_size_t(term, option: int, value: int, what: str) -> None:
@@ -76,7 +77,7 @@ def _set_size_t(term, option: int, value: int, what: str) -> None:
 
 def _sized(ctype: str):
     """A struct that carries its own size (ghostty's ABI convention), nested ones too."""
-    return pyghostty.core.init_sized(ctype)
+    return init_sized(ctype)
 
 
 def _read(call, what: str) -> bytes:
@@ -94,8 +95,8 @@ class GhosttyScreen:
     engine = "ghostty"
 
     def __init__(self, cols: int = 80, rows: int = 24, scrollback: int = SCROLLBACK_LINES):
-        self._term = pyghostty.Terminal(cols, rows, scrollback=scrollback)
-        t = self._t = self._term._t[0]
+        self._term = Terminal.new(cols, rows, scrollback)
+        t = self._t = self._term.handle
         _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_SCROLLBACK_MAX_BYTES, SCROLLBACK_BYTES,
                     "setting the scrollback's bytes")
         _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_CONTINUATION_MAX_BYTES, MAX_PENDING,
@@ -309,7 +310,7 @@ class GhosttyScreen:
         tracking)."""
         try:
             return self._term.mode(mode, ansi=ansi)
-        except pyghostty.GhosttyError:
+        except GhosttyError:
             return False
 
     def keyboard_stack(self) -> list:
@@ -525,10 +526,7 @@ class GhosttyScreen:
     @classmethod
     def _adopt(cls, handle) -> "GhosttyScreen":
         self = cls.__new__(cls)
-        term = pyghostty.Terminal.__new__(pyghostty.Terminal)
-        term._t = ffi.new("GhosttyTerminal*", handle)
-        term._unknown_cb = term._reply_cb = term._cb_err = None
-        term._free = weakref.finalize(term, lib.ghostty_terminal_free, handle)
+        term = Terminal(handle)
         self._term, self._t = term, handle
         self._cols, self._rows = term.size
         self.errors = self.work = self._compressed_at = 0
@@ -576,8 +574,8 @@ class _Cells:
     _grid_ref = None
 
     def __init__(self, screen: GhosttyScreen):
-        if _Cells._grid_ref is None:  # a point is a union passed by value: see pyghostty
-            _Cells._grid_ref = pyghostty._ffi.union_fn(
+        if _Cells._grid_ref is None:  # a point is a union passed by value: see ghostty_abi
+            _Cells._grid_ref = union_fn(
                 "ghostty_terminal_grid_ref",
                 "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
         self._t = screen._t

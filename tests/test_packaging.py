@@ -503,6 +503,7 @@ def test_deb_install_upgrade_keeps_sessions_remove_stops_all(debs, pkg_slate):
     assert run(["dpkg", "-s", "clowder"], check=False).returncode != 0
     assert not os.path.exists("/var/lib/clowder")
     assert not os.path.exists("/var/lib/clowder-ptyhost")
+    assert not os.path.exists("/var/cache/clowder-ptyhost")
     assert old_version != new_version
 
 
@@ -527,6 +528,17 @@ def test_deb_ghostty_engine_is_loaded_and_pyte_runs_without_it(debs, ghostty_deb
               "printf 'ghostty \\033[1mbold\\033[0m\\n'; exec sleep 100000").strip()
     wait_for(lambda: "ghostty bold" in ctl("snapshot", sid), 20,
              "the ghostty model to show the session's output")
+    # Its binding was parsed once into the unit's cache directory (ghostty_abi.py); the
+    # next host loads it from there, and its model shows the session again.
+    wait_for(lambda: glob.glob("/var/cache/clowder-ptyhost/ghostty_abi_*.py"), 20,
+             "the ghostty binding to be cached in /var/cache/clowder-ptyhost")
+    run(["systemctl", "restart", "clowder-ptyhost.service"])
+    pid = host_pid()
+    wait_for(lambda: "(cache: /var/cache/clowder-ptyhost/" in run(
+        ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=screen-engine-binding",
+         f"_PID={pid}"]).stdout, 20, "the restarted host to load the binding from the cache")
+    wait_for(lambda: "ghostty bold" in ctl("snapshot", sid), 20,
+             "the model of the restarted host to show the session's output")
 
     # Without the package: its files (and the byte-code) are gone, the next host runs pyte.
     run(["dpkg", "-r", "clowder-ghostty"])

@@ -20,6 +20,7 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -490,31 +491,73 @@ def test_the_default_is_ghostty_when_installed_else_pyte(fresh_engine, monkeypat
         fresh_engine.choose("ghostty")
 
 
+# A fresh interpreter that loads the ghostty engine and draws: how its binding was had.
+LOADER = """
+import importlib.util, sys
+if sys.argv[1]:  # hide the environment's pyghostty: only the packaged copy is left
+    real = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, *a: None if name == "pyghostty" else real(name, *a)
+from ptyhostd import engine, ghostty_abi
+engine.PACKAGED = sys.argv[1] or engine.PACKAGED
+path = list(sys.path)
+assert engine.choose() == "ghostty"
+screen = engine.new_screen(10, 3)
+screen.feed(b"\\x1b[31mdrawn")
+assert "drawn" in screen.snapshot("text"), screen.snapshot("text")
+print(ghostty_abi.loaded_from, ghostty_abi.library_path, "pyghostty" in sys.modules,
+      "pycparser" in sys.modules, sys.path == path, sep="|")
+"""
+
+
+def _load_in_a_fresh_interpreter(cache: str, packaged: str = "") -> list[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env.pop("CACHE_DIRECTORY", None)
+    if cache:
+        env["CACHE_DIRECTORY"] = cache
+    out = subprocess.run([sys.executable, "-c", LOADER, packaged], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().split("|")
+
+
 @pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not installed")
 def test_the_packaged_pyghostty_is_found_off_the_path(fresh_engine, monkeypatch, tmp_path):
     """Without pyghostty in the environment, the copy in clowder-ghostty's private
-    directory (engine.PACKAGED) is imported, and that directory is not left on sys.path."""
-    import pyghostty
+    directory (engine.PACKAGED) is the one loaded, without importing it, and nothing is
+    left on sys.path."""
+    import importlib.util as iu
+    where = os.path.dirname(iu.find_spec("pyghostty").origin)
     packaged = tmp_path / "ghostty"
-    shutil.copytree(os.path.dirname(pyghostty.__file__), packaged / "pyghostty",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(fresh_engine, "PACKAGED", str(packaged))
+    shutil.copytree(where, packaged / "pyghostty", ignore=shutil.ignore_patterns("__pycache__"))
+    how, library, imported, _, path_kept = _load_in_a_fresh_interpreter("", str(packaged))
+    assert library.startswith(str(packaged)), library
+    assert how == "parsed" and imported == "False" and path_kept == "True"
     real = fresh_engine.importlib.util.find_spec
     monkeypatch.setattr(fresh_engine.importlib.util, "find_spec",
                         lambda name, *a: None if name == "pyghostty" else real(name, *a))
-    for name in [m for m in sys.modules if m == "pyghostty" or m.startswith("pyghostty.")
-                 or m == "ptyhostd.screen_ghostty"]:
-        monkeypatch.delitem(sys.modules, name)
-    path = list(sys.path)
-    assert fresh_engine.choose() == "ghostty"
-    screen = fresh_engine.new_screen(10, 3)
-    screen.feed(b"packaged")
-    assert "packaged" in screen.snapshot("text")
-    assert sys.modules["pyghostty"].__file__.startswith(str(packaged))
-    assert sys.path == path, "the private directory was left on sys.path"
     monkeypatch.setattr(fresh_engine, "PACKAGED", str(tmp_path / "absent"))
     monkeypatch.setattr(fresh_engine, "_factory", None)
     assert fresh_engine.choose() == "pyte"
+
+
+@pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not installed")
+def test_the_binding_is_parsed_once_then_loaded_from_the_cache(tmp_path):
+    """The first load parses pyghostty's declarations and caches the result; later ones
+    load it without pycparser; a torn cache file is made again; a cache that cannot be
+    written leaves the engine working, parsed every time (ghostty_abi.py)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    assert _load_in_a_fresh_interpreter(str(cache))[0] == "parsed, cached"
+    files = list(cache.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("ghostty_abi_"), files
+    how, _, imported, parser, _ = _load_in_a_fresh_interpreter(str(cache))
+    assert (how, imported, parser) == ("cache", "False", "False")
+    files[0].write_text(files[0].read_text()[:5000])  # torn
+    assert _load_in_a_fresh_interpreter(str(cache))[0] == "parsed, cached"
+    assert _load_in_a_fresh_interpreter(str(cache))[0] == "cache"
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    assert _load_in_a_fresh_interpreter(str(blocked))[0] == "parsed"
 
 
 # ghostty's adapter: what its formatter leaves out, put back (screen_ghostty.py).
