@@ -502,8 +502,8 @@ class Session:
     async def _new_screen(self, start: int) -> None:
         """A fresh model, to be fed from ring offset ``start``, at the session's size.
 
-        Made in the screen pool: the first one loads the engine (pyghostty's import and
-        library load: ~0.3 s), which must not stall the loop."""
+        Made in the screen pool: the first one loads the engine (ghostty_abi.py: ~15 ms
+        from its cache, 0.35-0.5 s parsed), which must not stall the loop."""
         from . import engine, screenwork
         cols, rows = self.cols, self.rows
         self.screen = await screenwork.run(engine.new_screen, cols, rows)
