@@ -205,8 +205,8 @@ def main() -> int:
 
 # Sections of docs/bench.md that come from another run than this one stand between
 # these marks, and a new report keeps them: the chaos run's counts (make test-soak),
-# clowderctl's start-up (bench/startup.py), the fleet (bench/fleet.py) and the state
-# directory's saves (bench/statedir.py).
+# clowderctl's start-up (bench/startup.py), the fleet (bench/fleet.py), the state
+# directory's saves (bench/statedir.py) and a crash's repaint (bench/restart_repaint.py).
 KEPT = (("<!-- chaos run (make test-soak): kept by bench/run.py -->",
          "<!-- end of the chaos run -->"),
         ("<!-- start-up (bench/startup.py): kept by bench/run.py -->",
@@ -214,7 +214,9 @@ KEPT = (("<!-- chaos run (make test-soak): kept by bench/run.py -->",
         ("<!-- fleet (bench/fleet.py): kept by bench/run.py -->",
          "<!-- end of the fleet -->"),
         ("<!-- saves (bench/statedir.py): kept by bench/run.py -->",
-         "<!-- end of the saves -->"))
+         "<!-- end of the saves -->"),
+        ("<!-- crash repaint (bench/restart_repaint.py): kept by bench/run.py -->",
+         "<!-- end of the crash repaint -->"))
 
 
 def _with_kept_sections(text: str, md: str) -> str:
