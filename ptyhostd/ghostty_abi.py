@@ -3,8 +3,8 @@
 pyghostty binds the library with cffi in ABI mode, which parses its 80 KB of C
 declarations with pycparser at every import: 0.35-0.5 s here, more than the rest of a
 host's start, and paid again by every restarted host before its first repaint (a
-client reattaching with a repaint saw its screen ~1 s after a restart, against ~0.25 s
-with pyte; docs/design.md, "The engine's load after a restart").  cffi's out-of-line ABI mode keeps the
+reattaching `clowderctl attach` saw its screen 0.5-0.6 s after a crash of the host,
+against 0.15-0.19 s with pyte; docs/design.md, "The engine's load after a restart").  cffi's out-of-line ABI mode keeps the
 parsed declarations as a Python module of serialized types, whose import needs no
 pycparser (~15 ms).  So this module reads pyghostty's declarations (its ``_cdef.py``,
 without importing the package) and finds its bundled library, builds that module once
