@@ -388,6 +388,18 @@ def _rss(pid: int) -> int:
         return int(f.read().split()[1]) * 4096
 
 
+def attach_raw(host, sid: str, **kw):
+    """A raw protocol connection attached read-only to ``sid`` (Attach's fields in kw)."""
+    import socket as socketlib
+
+    import clowder_wire as P
+    s = socketlib.socket(socketlib.AF_UNIX)
+    s.connect(host.socket)
+    s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION)) +
+              P.encode(P.Attach(session=sid, read_only=True, **kw)))
+    return s
+
+
 def test_stalled_client_is_bounded_and_repainted(host):
     """Issue 4, acceptance 4: a client that stops reading while the session prints
     CLOWDER_FLOOD_MB (100) MB: the host's memory stays bounded, a second, reading client
@@ -402,16 +414,9 @@ def test_stalled_client_is_bounded_and_repainted(host):
     sid = host.spawn("sh", "-c", f"read x; seq -f '%0{FLOOD_WIDTH}.0f' 1 {lines}; "
                      "echo the-end; exec sleep 100000", size="80x24")
     pid = host.main_pid()
-
-    def attach_raw(**kw):
-        s = socketlib.socket(socketlib.AF_UNIX)
-        s.connect(host.socket)
-        s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION)) +
-                  P.encode(P.Attach(session=sid, read_only=True, **kw)))
-        return s
-    stalled = attach_raw()
+    stalled = attach_raw(host, sid)
     stalled.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_RCVBUF, 4096)
-    reader = attach_raw(replay=0)
+    reader = attach_raw(host, sid, replay=0)
     rss_before = rss_peak = _rss(pid)
     host.ctl("send", sid, "go\r")
     raw, got, pos = bytearray(), bytearray(), 0
@@ -481,17 +486,10 @@ def test_clients_in_step_get_the_same_frames_beside_a_stalled_one(host):
     lines = 200_000
     sid = host.spawn("sh", "-c", f"read x; seq 1 {lines}; echo the-end; exec sleep 100000",
                      size="80x24")
-
-    def attach_raw(**kw):
-        s = socketlib.socket(socketlib.AF_UNIX)
-        s.connect(host.socket)
-        s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION)) +
-                  P.encode(P.Attach(session=sid, read_only=True, **kw)))
-        return s
-    first = attach_raw(replay=0)
-    stalled = attach_raw()
+    first = attach_raw(host, sid, replay=0)
+    stalled = attach_raw(host, sid)
     stalled.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_RCVBUF, 4096)
-    second = attach_raw(replay=0)
+    second = attach_raw(host, sid, replay=0)
     host.ctl("send", sid, "go\r")
     expected = b"".join(b"%d\r\n" % i for i in range(1, lines + 1)) + b"the-end\r\n"
     readers = {"first": first, "second": second}
