@@ -12,9 +12,10 @@ Restart=always), then, timed from it:
 - "clowderctl": `clowderctl attach` on a pty of ours, attached before, reconnects by
   itself: until the last line is drawn again after its reset (ESC c).
 
-Not `systemctl restart`: a stopping host can still answer a client that reconnects
-while it ends the sessions' tracking, so `clowderctl` would be repainted by the old host
-first and the figure would not be the new host's.
+Not `systemctl restart`: with it, `clowderctl` (connected before, reconnecting on its
+own) was repainted 130-300 ms after the restart by hosts that needed ~0.5 s to load the
+engine, which this figure cannot explain (one reset, one repaint per restart); a kill
+gives both clients the same start, and the new host nothing from the old one.
 
 No tmux column: a tmux server that restarts has no sessions to repaint.  Run inside a
 private instance, as root:
