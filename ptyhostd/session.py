@@ -562,7 +562,7 @@ class Session:
     def _compact_soon(self) -> None:
         """Output has been quiet for COMPACT_AFTER: compress the model's scrollback."""
         self._compact_timer = None
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         if self._compact_due == math.inf:
             return  # a follow runs; it re-arms when done
         if loop.time() < self._compact_due:
