@@ -648,11 +648,17 @@ class Session:
         scrollback and the screen (statedir.saved_body)."""
         from .history import fit, last_lines
         follows = engine.follows_output()
-        (lines, (vt, _, _), text), _ = await self.screen_call(lambda screen: (
-            screen.history_lines(count, ansi=True, scrollback=True) if follows else None,
-            painted(screen), screen.snapshot("text")))
-        if follows and not self.screen_budget_hits and (self.screen_start <= self.ring.tail
-                                                        or len(lines) >= count):
+
+        def look(screen):
+            # In the screen pool, under the model's lock (so screen_start holds still).
+            lines = screen.history_lines(count, ansi=True, scrollback=True) \
+                if follows else None
+            whole = follows and not self.screen_budget_hits and (
+                self.screen_start <= self.ring.tail or len(lines) >= count)
+            # The screen's text only for the raw line model below, not at every save.
+            return lines, painted(screen), None if whole else screen.snapshot("text")
+        (lines, (vt, _, _), text), _ = await self.screen_call(look)
+        if text is None:
             return fit(lines, budget), vt
         # The raw line model (pyte, or a model that lost lines to a bomb), read after
         # the look: its last lines less as many as the screen showed (a line wrapped on
