@@ -43,7 +43,7 @@ from clowder_common.listener import Listener  # noqa: E402
 from clowder_common.log import add_argument as add_log_level  # noqa: E402
 from clowder_common.log import setup as setup_logging  # noqa: E402
 
-from . import engine, handoff, inputqueue, screenmemory, screenwork, statedir  # noqa: E402
+from . import bridge, engine, handoff, inputqueue, screenmemory, screenwork, statedir  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .manifest import SLOTS  # noqa: E402
@@ -159,6 +159,9 @@ async def _serve(args) -> None:
     inputqueue.configure(args.input_queue_bytes, args.input_deadline)
     engine.choose(args.screen_engine)
     screenmemory.configure(args.screen_memory)
+    if handed is not None:
+        bridge.end()  # the old code's bridge stops before anything is adopted (bridge.py)
+    os.environ.pop(bridge.ENV, None)  # never passed on (the check, a manual start)
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user,
                                    max_sessions_per_user=args.max_sessions_per_user,

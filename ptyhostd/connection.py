@@ -123,6 +123,11 @@ class Connection(asyncio.Protocol):
 
     # --- flow control of what the client sends -----------------------------------------
 
+    def quiet(self) -> bool:
+        """Nothing of the client's is queued or held back: its next bytes are the next
+        thing it sent (the hand-off's bridge reads on from here, bridge.py)."""
+        return self._queue.empty() and not self._pauses
+
     def _pause(self, why: str) -> None:
         if not self._pauses and not self.closed:
             self.transport.pause_reading()

@@ -30,7 +30,7 @@ import sys
 from clowder_common import __version__
 from clowder_common.interpreter import module_argv
 
-from . import engine, faults
+from . import bridge, engine, faults
 from .manifest import SLOTS, Manifest, ManifestError
 from .ring import Ring, RingError
 
@@ -199,15 +199,21 @@ def run_check(parked: dict[str, list[int]], manifest: Manifest) -> dict:
     return report
 
 
-def execute(keep: dict[str, list[int]]) -> None:
+def execute(keep: dict[str, list[int]], plan: "bridge.Plan | None" = None) -> None:
     """Exec the installed code with ``keep`` inherited; returns only by raising
-    HandoffFailed, with every change it made undone (nothing is inherited by mistake)."""
+    HandoffFailed, with every change it made undone (nothing is inherited by mistake).
+    With ``plan``, a bridge (bridge.py) serves its clients while the new code starts."""
     fds = [fd for group in keep.values() for fd in group]
+    child = None
     try:
-        faults.maybe_fail("exec")
         for fd in fds:
             os.set_inheritable(fd, True)
         os.environ[ENV] = encode_fds(keep)
+        if plan is not None:
+            child = bridge.fork(plan)
+            if child is not None:
+                os.environ[bridge.ENV] = str(child.pid)
+        faults.maybe_fail("exec")
         # The rest of the environment crosses as it is: systemd's $WATCHDOG_USEC and
         # $WATCHDOG_PID (this same PID) tell the new code to keep feeding the watchdog,
         # which keeps running through the exec ($LISTEN_* were unset at adoption).
@@ -215,14 +221,18 @@ def execute(keep: dict[str, list[int]]) -> None:
         # handle it: the mask survives exec, and main() unblocks it once its handler is set.
         # So does a SIGHUP (a second reload), which main() then ignores instead of dying.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
-        log.debug("hand-off: exec of %s -m ptyhostd with %d fds inherited", sys.executable,
-                  len(fds), extra={"CLOWDER_CAUSE": "handoff"})
+        log.debug("hand-off: exec of %s -m ptyhostd with %d fds inherited%s", sys.executable,
+                  len(fds), f", bridge {child.pid}" if child else "",
+                  extra={"CLOWDER_CAUSE": "handoff"})
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, module_argv("ptyhostd", *sys.argv[1:]))
     except Exception as exc:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
         os.environ.pop(ENV, None)
+        os.environ.pop(bridge.ENV, None)
+        if child is not None:
+            child.cancel()  # it never started: it waits for the exec
         for fd in fds:
             try:
                 os.set_inheritable(fd, False)

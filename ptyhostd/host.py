@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import clowder_wire as protocol
 from clowder_common import events, fdlimit, sdnotify
 
-from . import fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv, statedir
+from . import bridge, fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv, statedir
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import Manifest
 from .pidwatch import PidWatch
@@ -632,7 +632,9 @@ class Host(Adoption):
                 # returns only on failure
                 handoff.execute({**self.parked(), **self.listener_fds,
                                  handoff.SCREENS: [screens],
-                                 inputseq.NAME: [self.input_seq.fd]})
+                                 inputseq.NAME: [self.input_seq.fd]},
+                                 bridge.Plan.of(self.sessions.values(),
+                                                {sid: m["pos"] for sid, m in models.items()}))
             finally:
                 os.close(screens)
         except handoff.HandoffError as exc:

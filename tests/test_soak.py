@@ -45,7 +45,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, SUMMARY, wait_for
+from conftest import PYTHON, SUMMARY, poll, wait_for
 from rebootbox import KEYS as REBOOT_KEYS, RebootBox
 from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
@@ -276,14 +276,57 @@ class Soak:
                         f"user@{self.host.uid}.service"], check=True)
         self._reexecuted(before)
 
+    def _reload(self) -> subprocess.Popen:
+        scope = ["--user"] if self.host.scope == "user" else []
+        return subprocess.Popen(self.host._as(["systemctl", *scope, "reload",
+                                               "clowder-ptyhost.service"]),
+                                env=self.host.env, cwd="/", stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
     def handoff(self) -> None:
         pid = self.host.main_pid()
-        self.host.systemctl("reload", "clowder-ptyhost.service")
+        reload = self._reload()
+        # Typed while the new code is checked, while the bridge serves (ptyhostd/bridge.py)
+        # and after: every line echoed exactly once, as always.
+        while reload.poll() is None:
+            self.type_lines(1)
+            self.typist._read(self.rng.uniform(0.0, 0.05))
         # It returns once the new code serves (ptyhostd --hand-off); the wait is a check.
+        assert reload.returncode == 0, f"the reload failed ({reload.returncode})"
         wait_for(lambda: self.host.show("clowder-ptyhost.service", "ActiveState",
                                         "MainPID") == {"ActiveState": "active",
                                                        "MainPID": str(pid)},
                  30, "the host to be active again after the hand-off")
+
+    def _bridge(self, pid: int) -> bool:
+        """Whether the host's hand-off bridge is there (a child that is not the check)."""
+        try:
+            children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        except OSError:
+            return False
+        for child in children:
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    if b"--check-handoff" not in f.read():
+                        return True
+            except OSError:
+                pass
+        return False
+
+    def handoff_kill9(self) -> None:
+        """kill -9 of the host while its hand-off's bridge serves the typing client (the
+        new code starting): systemd ends the bridge too and restarts the host from the FD
+        store; the typed lines are echoed once, nothing is lost."""
+        pid = self.host.main_pid()
+        reload = self._reload()
+        seen = poll(lambda: self._bridge(pid) or reload.poll() is not None, 30, 0.001)
+        if seen and self._bridge(pid):
+            self.counts["bridge-killed"] = self.counts.get("bridge-killed", 0) + 1
+            self.type_lines(self.rng.randrange(1, 4))
+            time.sleep(self.rng.uniform(0.0, 0.1))  # the random moment in the new code's start
+        os.kill(pid, signal.SIGKILL)
+        reload.wait(60)  # it fails: the host it waited for died
+        self.host.wait_ready(pid)
 
     def control_restart(self) -> None:
         self.host.systemctl("restart", "clowder-control.service")
@@ -352,7 +395,8 @@ class Soak:
     def events(self) -> dict:
         ev = {"restart": self.restart, "kill-9": self.kill9, "sigstop": self.freeze,
               "daemon-reexec": self.reexec, "daemon-reload": self.reload_units,
-              "handoff": self.handoff, "control-restart": self.control_restart,
+              "handoff": self.handoff, "handoff-kill-9": self.handoff_kill9,
+              "control-restart": self.control_restart,
               "control-kill-9": self.control_kill9, "paste": self.paste,
               "exit": self.exiter, "flood": self.flood, "bomb": self.bomb,
               "service-flood": self.service_flood, "reboot": self.reboot,
