@@ -284,8 +284,10 @@ class _Bridge:
         self.masks[fd] = mask
         self.ep.register(fd, mask)
 
-    def _set(self, fd: int, mask: int) -> None:
-        if self.masks.get(fd) != mask and fd in self.by_fd:
+    def _set(self, fd: int, what, mask: int) -> None:
+        if fd not in self.by_fd:
+            self._watch(fd, what, mask)  # a pty no longer read, given input to write
+        elif self.masks[fd] != mask:
             self.masks[fd] = mask
             self.ep.modify(fd, mask)
 
@@ -310,7 +312,7 @@ class _Bridge:
         mask = (select.EPOLLIN if feed.reading else 0) | \
             (select.EPOLLOUT if feed.pending else 0)
         if mask:
-            self._set(feed.fd, mask)
+            self._set(feed.fd, feed, mask)
         else:
             self._drop(feed.fd)
 
@@ -370,8 +372,10 @@ class _Bridge:
     def _set_client_mask(self, c: _Client) -> None:
         reading = c.reading and c.feed.pending_bytes() <= INPUT_BUFFER
         mask = (select.EPOLLIN if reading else 0) | (select.EPOLLOUT if c.out else 0)
+        if c.fd not in self.by_fd:
+            return  # done with (nothing to send it, nothing to read): never again
         if c.sending or c.reading or c.out:
-            self._set(c.fd, mask)
+            self._set(c.fd, c, mask)
         else:
             self._drop(c.fd)
 

@@ -5,6 +5,7 @@ from the FD store."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -268,15 +269,11 @@ def test_attached_client_is_repainted_after_a_handoff(host):
     assert re.search(rb"[1-9]\d* screens carried across the hand-off", log), log[-2000:]
 
 
-def test_attached_client_types_through_the_bridge_while_the_new_code_starts(host):
-    """The hand-off's bridge (ptyhostd/bridge.py): from the exec until the new code
-    serves, an attached `clowderctl attach` keeps its connection: what it types reaches
-    the program and the program's answer reaches it, before the new code reconnects and
-    repaints it.  The new code is held before it stops the bridge (the installed code is
-    patched to wait for a file), so the window is the test's, not a race."""
-    from test_attach import DETACH, Attach, ready, shell
-    sid = shell(host)
-    main = host.main_pid()
+@contextlib.contextmanager
+def new_code_held(host):
+    """The installed code, once exec'd by a hand-off, waits before it stops the bridge
+    (ptyhostd/bridge.py) until ``release()``: the window is the test's, not a race.
+    Its loop is held too, so the unit's watchdog (10 s) bounds how long that may be."""
     flag = f"/tmp/clowder-test-hold-start-{host.scope}"
     open(flag, "w").close()
     os.chown(flag, host.uid, -1)
@@ -289,26 +286,68 @@ def test_attached_client_types_through_the_bridge_while_the_new_code_starts(host
         f"    while os.path.exists({flag!r}) and time.monotonic() < deadline:\n"
         "        time.sleep(0.01)  # held by the test (tests/test_handoff.py)\n"
         "    return _orig_end()\n"))
+
+    def release() -> None:
+        if os.path.exists(flag):
+            os.unlink(flag)
+    try:
+        yield release
+    finally:
+        with open(path, "w") as f:
+            f.write(original)
+        release()
+
+
+def start_reload(host) -> subprocess.Popen:
+    """`systemctl reload` in the background (it returns once the new code serves)."""
+    scope = ["--user"] if host.scope == "user" else []
+    return subprocess.Popen(host._as(["systemctl", *scope, "reload",
+                                      "clowder-ptyhost.service"]), env=host.env, cwd="/")
+
+
+def bridge_log(host, since: float) -> bytes:
+    return host.run(["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-bridge",
+                     f"--since=@{int(since)}"]).stdout
+
+
+def wait_bridge(host, since: float) -> None:
+    wait_for(lambda: b"hand-off bridge: serving" in bridge_log(host, since), 20,
+             "the bridge to serve (the exec is done)")
+
+
+def bridge_pid(main: int) -> int:
+    """The hand-off's bridge: the host's child that is not the check."""
+    for child in open(f"/proc/{main}/task/{main}/children").read().split():
+        with open(f"/proc/{child}/cmdline", "rb") as f:
+            if b"--check-handoff" not in f.read():
+                return int(child)
+    raise AssertionError("no bridge process")
+
+
+def test_attached_client_types_through_the_bridge_while_the_new_code_starts(host):
+    """The hand-off's bridge (ptyhostd/bridge.py): from the exec until the new code
+    serves, an attached `clowderctl attach` keeps its connection: what it types reaches
+    the program and the program's answer reaches it, before the new code reconnects and
+    repaints it."""
+    from test_attach import DETACH, Attach, ready, shell
+    sid = shell(host)
+    main = host.main_pid()
     a = Attach(host, sid)
     reload = None
     try:
-        ready(a)
-        since = time.time()
-        scope = ["--user"] if host.scope == "user" else []
-        reload = subprocess.Popen(host._as(["systemctl", *scope, "reload",
-                                            "clowder-ptyhost.service"]), env=host.env,
-                                  cwd="/")
-        wait_for(lambda: b"hand-off bridge: serving" in host.run(
-            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-bridge",
-             f"--since=@{int(since)}"]).stdout, 20, "the bridge to serve (the exec is done)")
-        a.type(b"echo during-$((2+3))\r")
-        a.expect(b"during-5", what="the answer to typing through the bridge")
-        assert b"\x1bc" not in a.out, "the client was reconnected before the new code served"
-        assert reload.poll() is None, "the reload ended while the new code was held"
-        assert host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"] == \
-            "reloading"
-        os.unlink(flag)
-        assert reload.wait(60) == 0
+        with new_code_held(host) as release:
+            ready(a)
+            since = time.time()
+            reload = start_reload(host)
+            wait_bridge(host, since)
+            a.type(b"echo during-$((2+3))\r")
+            a.expect(b"during-5", what="the answer to typing through the bridge")
+            assert b"\x1bc" not in a.out, "the client was reconnected before the new code served"
+            assert reload.poll() is None, "the reload ended while the new code was held"
+            assert host.show("clowder-ptyhost.service", "ActiveState")["ActiveState"] == \
+                "reloading"
+            release()
+            assert reload.wait(60) == 0
         a.expect(b"\x1bc", timeout=30, what="the client to reattach after the hand-off")
         a.expect(b"during-5", what="the repaint after the hand-off")
         a.type(b"echo after-$((5+5))\r")
@@ -316,10 +355,6 @@ def test_attached_client_types_through_the_bridge_while_the_new_code_starts(host
         a.type(DETACH)
         assert a.finish() == 0
     finally:
-        with open(path, "w") as f:
-            f.write(original)
-        if os.path.exists(flag):
-            os.unlink(flag)
         if reload is not None and reload.poll() is None:
             reload.wait(60)
         a.close()
@@ -327,9 +362,8 @@ def test_attached_client_types_through_the_bridge_while_the_new_code_starts(host
     backlog = host.backlog(sid)
     assert backlog.count(b"echo during-$((2+3))") == 1 and backlog.count(b"during-5\r\n") == 1, \
         f"typed through the bridge not exactly once: {backlog[-1500:]!r}"
-    log = host.run(["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=handoff-bridge",
-                    f"--since=@{int(since)}"]).stdout
-    moved = re.search(rb"ended after \d+ ms: (\d+) bytes of output, (\d+) of input", log)
-    assert moved and int(moved[1]) > 0 and int(moved[2]) > 0, log[-2000:]
+    moved = re.search(rb"ended after \d+ ms: (\d+) bytes of output, (\d+) of input",
+                      bridge_log(host, since))
+    assert moved and int(moved[1]) > 0 and int(moved[2]) > 0, bridge_log(host, since)[-2000:]
     assert open(f"/proc/{main}/task/{main}/children").read().split() == [], \
         "the bridge was not reaped"
