@@ -9,12 +9,14 @@ kill is a crash that systemd restarts: docs/design.md, "Hand-off"):
    dry run, and report a version that is not older than ours;
 2. the manifest is written, close-on-exec is cleared on every fd to keep, and their names
    go into ``$CLOWDER_HANDOFF`` (``name=fd,...``);
-3. ``execve`` of the same interpreter and arguments; the new code adopts the fds exactly
-   as it adopts those systemd gives back after a restart, then sends READY=1.
+3. the bridge is forked (bridge.py), then ``execve`` of the same interpreter and
+   arguments; the new code stops the bridge, adopts the fds exactly as it adopts those
+   systemd gives back after a restart, then sends READY=1.
 A failed exec returns here with nothing lost.  A new code that passes the check and then
 fails its real restore exits; systemd restarts it (Restart=always) from the FD store,
 which still holds everything: only the time of the restart is lost.
-Client connections are not carried: clients reconnect and are repainted.
+Client connections are not carried: a bridge (bridge.py) serves the attached ones until
+the new code is about to adopt; then they reconnect and are repainted.
 """
 
 from __future__ import annotations
