@@ -106,8 +106,6 @@ class Plan:
                            and transport.get_write_buffer_size() == 0)
                 reading = (feed.typing and not att.read_only and att.token is not None
                            and conn.quiet())
-                if att.token is not None:
-                    att.token.conn = None  # no InputAck from the bridge (not its socket)
                 feed.clients.append(_Client(sock.fileno(), feed, conn.reader, att.token,
                                             sending, reading))
             if any(c.sending or c.reading for c in feed.clients):
@@ -247,6 +245,9 @@ class _Bridge:
         ready = select.select([self.gate, wake], [], [], LIFETIME)[0]
         if self.gate not in ready or os.read(self.gate, 1) != b"" or self.stopping:
             return 0  # the exec failed (or never came): nothing was touched
+        for c in self.plan.clients:
+            if c.token is not None:
+                c.token.conn = None  # no InputAck from here: not the old code's socket now
         started = time.monotonic()
         log.info("hand-off bridge: serving %d clients of %d sessions while the new code "
                  "starts", len(self.plan.clients), len(self.plan.feeds),
