@@ -174,6 +174,18 @@ def fork(plan: Plan) -> Optional[Child]:
 _PR_SET_PDEATHSIG = 1
 
 
+def _ready(fds: list[int], events: int, timeout: float) -> set[int]:
+    """The fds of ``fds`` ready for ``events`` within ``timeout`` s.  poll, not select:
+    a host of a thousand sessions has fds far above select's 1,024."""
+    p = select.poll()
+    for fd in fds:
+        p.register(fd, events)
+    try:
+        return {fd for fd, _ in p.poll(timeout * 1000)}
+    except InterruptedError:
+        return set()
+
+
 def _prctl():
     try:
         import ctypes
@@ -205,7 +217,7 @@ def end() -> None:
     try:
         for sig, wait in ((signal.SIGTERM, STOP_WAIT), (signal.SIGKILL, STOP_WAIT)):
             signal.pidfd_send_signal(pidfd, sig)
-            if select.select([pidfd], [], [], wait)[0]:
+            if _ready([pidfd], select.POLLIN, wait):
                 break
             log.error("hand-off bridge %d did not end in %.1f s: killing it", pid, wait,
                       extra={"CLOWDER_CAUSE": "handoff-bridge"})
@@ -242,7 +254,7 @@ class _Bridge:
     def run(self) -> int:
         wake = self._signals()
         deadline = time.monotonic() + LIFETIME
-        ready = select.select([self.gate, wake], [], [], LIFETIME)[0]
+        ready = _ready([self.gate, wake], select.POLLIN, LIFETIME)
         if self.gate not in ready or os.read(self.gate, 1) != b"" or self.stopping:
             return 0  # the exec failed (or never came): nothing was touched
         for c in self.plan.clients:
@@ -453,5 +465,5 @@ class _Bridge:
                 self._flush(c)
             waiting = [c for c in waiting if c.out]
             if waiting:
-                select.select([], [c.fd for c in waiting], [],
-                              max(0.0, deadline - time.monotonic()))
+                _ready([c.fd for c in waiting], select.POLLOUT,
+                       max(0.0, deadline - time.monotonic()))

@@ -765,8 +765,11 @@ class Session:
         the watch's callback may not have run yet."""
         if self.pidfd is None:
             return False
-        ready, _, _ = select.select([self.pidfd.fd], [], [], 0)
-        return bool(ready)
+        # poll, not select: a host of a thousand sessions has pidfds above select's 1,024
+        # (select raised there, and the check after an adoption failed).
+        p = select.poll()
+        p.register(self.pidfd.fd, select.POLLIN)
+        return bool(p.poll(0))
 
     def unwatch_pid(self) -> None:
         """Stop calling ``on_exit`` (the pidfd stays open until close_fds)."""

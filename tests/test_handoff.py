@@ -367,3 +367,44 @@ def test_attached_client_types_through_the_bridge_while_the_new_code_starts(host
     assert moved and int(moved[1]) > 0 and int(moved[2]) > 0, bridge_log(host, since)[-2000:]
     assert open(f"/proc/{main}/task/{main}/children").read().split() == [], \
         "the bridge was not reaped"
+
+
+def test_fds_above_select_limit_in_rm_and_the_bridge(host):
+    """A host whose fds are numbered past 1,024 (a thousand sessions hold ~4,000): `rm`
+    of a running session and the hand-off's bridge wait on their fds with poll; with
+    select they raised (`rm` answered "internal error", the bridge died at once: found
+    by the blackout bench at 1,000 sessions)."""
+    from test_attach import Attach, ready, shell
+    # Held by a process of its own: this one's select-based helpers need low fds.
+    holder = subprocess.Popen(
+        [PYTHON, "-c", "import resource, socket, sys\n"
+         "resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))\n"
+         "held = [socket.socket(socket.AF_UNIX) for _ in range(1100)]\n"
+         f"[s.connect({host.socket!r}) for s in held]\n"
+         "print('held', flush=True)\n"
+         "sys.stdin.read()\n"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    main = host.main_pid()
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        wait_for(lambda: len(os.listdir(f"/proc/{main}/fd")) > 1100, 20,
+                 "the host to accept the held connections")
+        sid = shell(host)  # its pty, ring and pidfd are numbered past 1,024
+        assert max(int(fd) for fd in os.listdir(f"/proc/{main}/fd")) > 1024
+        refused = host.ctl("rm", sid, check=False)
+        assert refused.returncode != 0 and b"kill it first" in refused.stderr, refused.stderr
+        a = Attach(host, sid)
+        try:
+            ready(a)
+            since = time.time()
+            reload_and_wait(host)
+            a.expect(b"\x1bc", timeout=30, what="the client to reattach after the hand-off")
+            a.type(b"echo high-$((6*7))\r")
+            a.expect(b"high-42", what="typing after the hand-off")
+        finally:
+            a.close()
+    finally:
+        holder.kill()
+        holder.wait()
+    log = bridge_log(host, since)
+    assert b"ended after" in log and b"failed" not in log, log[-2000:]
+    assert host.main_pid() == main
