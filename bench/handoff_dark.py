@@ -1,0 +1,77 @@
+"""A hand-off's dark time, two source trees side by side (issue 13: hand-off dark <= 60 ms).
+
+    python3 tools/sysinstance.py run --name NAME -- VENV/bin/python bench/handoff_dark.py \\
+        OLD_TREE,NEW_TREE 10,1000 6
+
+In one systemd instance: a host with N sessions (N-1 idle, one probe running `cat` with
+the minimal client attached, figure 2's setup); each trial is figure 2's hand-off trial
+(fig_blackout.clowder_trial): `systemctl reload`, the client reads until its connection
+closes ("old gone"), reconnects, lists the sessions, attaches and sees its keystroke
+echoed ("bytes flow"); "dark" is the time between the two, the time the client had no
+connection.  The host runs each tree in turn (switched by a restart, which keeps the
+sessions, before each trial; the trees alternate, starting with the other one every
+other round), so a loaded machine weighs on both alike.  Prints each trial and the
+medians; docs/bench.md section 2 keeps what it printed.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import clowder
+import fig_blackout
+from common import IDLE_ARGV, run
+
+PY = sys.executable
+
+
+def use(src: str) -> None:
+    """Run the host from ``src`` (its hand-off execs the same tree: PYTHONPATH crosses)."""
+    run([PY, "-m", "ctl", "install-units", "--system", "--exec-start",
+         f"/usr/bin/env PYTHONPATH={src} {PY} -m ptyhostd"])
+    run(["systemctl", "daemon-reload"])
+    old = clowder.main_pid()
+    if old:
+        run(["systemctl", "restart", clowder.SERVICE])
+        clowder.wait_ready_after(old)
+    else:
+        clowder.start_host()
+
+
+def main() -> None:
+    srcs = sys.argv[1].split(",")
+    counts = [int(x) for x in sys.argv[2].split(",")]
+    trials = int(sys.argv[3])
+    use(srcs[0])
+    conn = clowder.Conn()
+    probe = clowder.spawn(conn, ["/bin/cat"], name="probe")
+    have = 1
+    for n in counts:
+        for _ in range(n - have):
+            clowder.spawn(conn, IDLE_ARGV)
+        have = n
+        conn.close()
+        got: dict[str, list[dict]] = {s: [] for s in srcs}
+        for t in range(trials):
+            for src in (srcs if t % 2 == 0 else srcs[::-1]):
+                use(src)
+                time.sleep(0.3)  # as figure 2 leaves between trials
+                r = fig_blackout.clowder_trial("hand-off", probe, n)
+                got[src].append(r)
+                print(n, src, {k: round(v * 1e3, 1) for k, v in r.items()
+                               if isinstance(v, float)}, r.get("problem", ""), flush=True)
+        for src in srcs:
+            for key in ("old_gone", "dark", "bytes_flow"):
+                vals = [r[key] * 1e3 for r in got[src]]
+                print(f"N={n} {os.path.basename(src)} {key}: median "
+                      f"{statistics.median(vals):.1f} ms, each {[round(v) for v in vals]}",
+                      flush=True)
+        conn = clowder.Conn()
+    conn.close()
+
+
+if __name__ == "__main__":
+    main()
