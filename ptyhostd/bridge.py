@@ -262,7 +262,9 @@ class _Bridge:
                 c.token.conn = None  # no InputAck from here: not the old code's socket now
         started = time.monotonic()
         log.info("hand-off bridge: serving %d clients of %d sessions while the new code "
-                 "starts", len(self.plan.clients), len(self.plan.feeds),
+                 "starts (%d in step, %d typing)", len(self.plan.clients),
+                 len(self.plan.feeds), sum(c.sending for c in self.plan.clients),
+                 sum(c.reading for c in self.plan.clients),
                  extra={"CLOWDER_CAUSE": "handoff-bridge"})
         self.ep = select.epoll()
         self.ep.register(wake, select.EPOLLIN)

@@ -246,7 +246,7 @@ def test_crash_during_real_restore_loses_nothing_but_time(host):
 def test_attached_client_is_repainted_after_a_handoff(host):
     """A client attached during the hand-off reconnects and is repainted from the screen
     that crossed the exec as VT bytes; typing carries on."""
-    from test_attach import DETACH, Attach, ready, shell
+    from test_attach import Attach, ready, shell
     sid = shell(host)
     main = host.main_pid()
     a = Attach(host, sid)
@@ -255,12 +255,7 @@ def test_attached_client_is_repainted_after_a_handoff(host):
         a.type(b"echo before-$((3+4))\r")
         a.expect(b"before-7", what="typing before the hand-off")
         reload_and_wait(host)
-        a.expect(b"\x1bc", timeout=30, what="the client to reattach after the hand-off")
-        a.expect(b"before-7", what="the repaint after the hand-off")
-        a.type(b"echo after-$((5+5))\r")
-        a.expect(b"after-10", what="typing after the hand-off")
-        a.type(DETACH)
-        assert a.finish() == 0
+        reattached(a, b"before-7")
     finally:
         a.close()
     assert host.main_pid() == main
@@ -315,6 +310,35 @@ def wait_bridge(host, since: float) -> None:
              "the bridge to serve (the exec is done)")
 
 
+@contextlib.contextmanager
+def bridge_serving(host):
+    """A reload whose new code is held while its bridge serves the attached clients:
+    yields (release, the reload's process, when it began); released and waited for at
+    the end whatever happened."""
+    with new_code_held(host) as release:
+        since = time.time()
+        reload = start_reload(host)
+        try:
+            wait_bridge(host, since)
+            yield release, reload, since
+        finally:
+            release()
+            if reload.poll() is None:
+                reload.wait(60)
+
+
+def reattached(a, seen: bytes) -> None:
+    """After a hand-off: ``a`` (clowderctl attach) is reconnected and repainted with
+    ``seen`` on its screen, typing works, and it detaches cleanly."""
+    from test_attach import DETACH
+    a.expect(b"\x1bc", timeout=30, what="the client to reattach after the hand-off")
+    a.expect(seen, what="the repaint after the hand-off")
+    a.type(b"echo after-$((5+5))\r")
+    a.expect(b"after-10", what="typing after the hand-off")
+    a.type(DETACH)
+    assert a.finish() == 0
+
+
 def bridge_pid(main: int) -> int:
     """The hand-off's bridge: the host's child that is not the check."""
     for child in open(f"/proc/{main}/task/{main}/children").read().split():
@@ -329,17 +353,13 @@ def test_attached_client_types_through_the_bridge_while_the_new_code_starts(host
     serves, an attached `clowderctl attach` keeps its connection: what it types reaches
     the program and the program's answer reaches it, before the new code reconnects and
     repaints it."""
-    from test_attach import DETACH, Attach, ready, shell
+    from test_attach import Attach, ready, shell
     sid = shell(host)
     main = host.main_pid()
     a = Attach(host, sid)
-    reload = None
     try:
-        with new_code_held(host) as release:
-            ready(a)
-            since = time.time()
-            reload = start_reload(host)
-            wait_bridge(host, since)
+        ready(a)
+        with bridge_serving(host) as (release, reload, since):
             a.type(b"echo during-$((2+3))\r")
             a.expect(b"during-5", what="the answer to typing through the bridge")
             assert b"\x1bc" not in a.out, "the client was reconnected before the new code served"
@@ -348,15 +368,8 @@ def test_attached_client_types_through_the_bridge_while_the_new_code_starts(host
                 "reloading"
             release()
             assert reload.wait(60) == 0
-        a.expect(b"\x1bc", timeout=30, what="the client to reattach after the hand-off")
-        a.expect(b"during-5", what="the repaint after the hand-off")
-        a.type(b"echo after-$((5+5))\r")
-        a.expect(b"after-10", what="typing after the hand-off")
-        a.type(DETACH)
-        assert a.finish() == 0
+        reattached(a, b"during-5")
     finally:
-        if reload is not None and reload.poll() is None:
-            reload.wait(60)
         a.close()
     assert host.main_pid() == main
     backlog = host.backlog(sid)

@@ -8,12 +8,11 @@ sent: nothing of alice's session reaches it, nothing of it reaches alice's."""
 from __future__ import annotations
 
 import subprocess
-import time
 
 from conftest import PYTHON, wait_for
 from hostile import MiB, Memory
 from test_access import system_host  # noqa: F401  (alice, bob, mallory and the host)
-from test_handoff import bridge_pid, new_code_held, start_reload, wait_bridge
+from test_handoff import bridge_log, bridge_pid, bridge_serving
 
 # CLIENT_BUFFER (1 MiB) of unsent frames, INPUT_BUFFER (64 KiB) of unwritten input, one
 # frame being read (1 MiB) and the interpreter's own slack.
@@ -107,13 +106,9 @@ def test_bridge_bounds_a_flooding_client_and_crosses_no_user(system_host):  # no
     root = Attach(h, alice)  # root's clowderctl attach: numbered input
     flooder = _client(h, "bob", flooded, "flood")
     typist = _client(h, "bob", typed, "type")
-    reload = None
     try:
-        with new_code_held(h) as release:
-            ready(root)
-            since = time.time()
-            reload = start_reload(h)
-            wait_bridge(h, since)
+        ready(root)
+        with bridge_serving(h) as (release, reload, since):
             memory = Memory(bridge_pid(main))
             flooder.stdin.write("go\n")
             flooder.stdin.flush()
@@ -122,7 +117,8 @@ def test_bridge_bounds_a_flooding_client_and_crosses_no_user(system_host):  # no
             assert flooder.stdout.readline().strip() == "blocked", \
                 "the flooder was never held back"
             assert typist.stdout.readline().strip() == "seen", \
-                "bob's typing through the bridge into his own session came back"
+                "bob's typing through the bridge into his own session came back: " \
+                + bridge_log(h, since).decode(errors="replace")
             root.type(b"echo alice-$((40+2))\r")
             root.expect(b"alice-42", what="root's typing through the bridge beside the flood")
             growth = memory.stop()
@@ -137,8 +133,6 @@ def test_bridge_bounds_a_flooding_client_and_crosses_no_user(system_host):  # no
         for proc in (flooder, typist):
             proc.kill()
             proc.wait()
-        if reload is not None and reload.poll() is None:
-            reload.wait(60)
         root.close()
     assert h.main_pid() == main
     assert "bob-was-here" in seen and "alice" not in seen, seen[-1000:]
