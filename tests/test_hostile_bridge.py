@@ -59,13 +59,17 @@ text = b"echo bob-was-here\r"
 s.setblocking(True)
 s.sendall(P.encode(P.Input(data=text, seq=len(text))))
 s.setblocking(False)
+def take(data):  # what the Output frames carry (a frame may end between two lines)
+    for m in r.feed(data):
+        if isinstance(m, P.Output):
+            got.extend(m.data)
 deadline = time.monotonic() + 8  # within the held host's watchdog (10 s)
 while b"\nbob-was-here" not in got and time.monotonic() < deadline:
     if select.select([s], [], [], 0.05)[0]:
         data = s.recv(1 << 16)
         if not data:
             break
-        got += data
+        take(data)
 print("seen" if b"\nbob-was-here" in got else "not seen", flush=True)
 sys.stdin.readline()
 try:
@@ -73,7 +77,7 @@ try:
         data = s.recv(1 << 16)
         if not data:
             break
-        got += data
+        take(data)
 except BlockingIOError:
     pass
 print(repr(bytes(got)), flush=True)
