@@ -7,7 +7,8 @@ sessions that exit with known codes, and two clients that never read, for
 CLOWDER_SOAK_SECONDS (default 75 per scope; ``make test-soak`` runs longer) it throws,
 at random moments: host restart, ``kill -9`` of the host, SIGSTOP/SIGCONT of it (and,
 where the unit has a watchdog, a freeze long enough for systemd to replace it),
-``daemon-reexec``, ``daemon-reload``, a reload hand-off, restart and ``kill -9`` of
+``daemon-reexec``, ``daemon-reload``, a reload hand-off (typed through: the bridge), a
+``kill -9`` of the host while a hand-off's bridge serves the typist, restart and ``kill -9`` of
 clowder-control, for user units the re-exec of the user manager that a systemd upgrade
 triggers (SIGRTMIN+25 to ``user@UID.service``, what Debian's systemd postinst sends),
 big pastes into a reading program, and issue 12's hostile neighbours: a client flooding
