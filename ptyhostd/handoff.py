@@ -38,7 +38,10 @@ from .ring import Ring, RingError
 
 log = logging.getLogger("ptyhostd")
 
-HANDOFF_VERSION = 1  # bump when what crosses the exec changes meaning
+# Bump when what crosses the exec changes meaning.  2: a bridge may be serving
+# ($CLOWDER_HANDOFF_BRIDGE, bridge.py) and the new code must stop it before it adopts
+# anything, so code that does not know it (1) is refused as a hand-off's target.
+HANDOFF_VERSION = 2
 ENV = "CLOWDER_HANDOFF"
 CHECK_ENV = "CLOWDER_HANDOFF_CHECK"
 CHECK_TIMEOUT = 10.0
