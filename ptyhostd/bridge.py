@@ -174,6 +174,14 @@ def fork(plan: Plan) -> Optional[Child]:
 _PR_SET_PDEATHSIG = 1
 
 
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
 def _ready(fds: list[int], events: int, timeout: float) -> set[int]:
     """The fds of ``fds`` ready for ``events`` within ``timeout`` s.  poll, not select:
     a host of a thousand sessions has fds far above select's 1,024."""
@@ -282,7 +290,9 @@ class _Bridge:
                 continue
             for fd, ev in events:
                 what = self.by_fd.get(fd)
-                if isinstance(what, _Feed):
+                if fd == wake:
+                    _drain(wake)  # a signal came (SIGTERM has set ``stopping``)
+                elif isinstance(what, _Feed):
                     self._on_pty(what, ev)
                 elif isinstance(what, _Client):
                     self._on_client(what, ev)
