@@ -38,6 +38,7 @@ import time
 from typing import Optional
 
 import clowder_wire as protocol
+from clowder_common import pipes
 
 from .pty import write_some
 from .session import MODEL_LAG_MAX, READS_PER_WAKE, WAKE_BYTES
@@ -174,13 +175,6 @@ def fork(plan: Plan) -> Optional[Child]:
 _PR_SET_PDEATHSIG = 1
 
 
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 512):
-            pass
-    except BlockingIOError:
-        pass
-
 
 def _ready(fds: list[int], events: int, timeout: float) -> set[int]:
     """The fds of ``fds`` ready for ``events`` within ``timeout`` s.  poll, not select:
@@ -291,7 +285,7 @@ class _Bridge:
             for fd, ev in events:
                 what = self.by_fd.get(fd)
                 if fd == wake:
-                    _drain(wake)  # a signal came (SIGTERM has set ``stopping``)
+                    pipes.drain(wake)  # a signal came (SIGTERM has set ``stopping``)
                 elif isinstance(what, _Feed):
                     self._on_pty(what, ev)
                 elif isinstance(what, _Client):

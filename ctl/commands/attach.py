@@ -9,6 +9,7 @@ import sys
 import time
 
 import clowder_wire as protocol
+from clowder_common import pipes
 from clowder_wire.host import fit_size
 
 from .. import exits
@@ -214,7 +215,7 @@ class _Session:
                         if ended:
                             return ended
                     elif sk.data == "signal":
-                        _drain(self.wakeup)  # the handler has set self.resized
+                        pipes.drain(self.wakeup)  # the handler has set self.resized
                     elif sk.data == "stdin":
                         data = os.read(stdin, 1 << 16)
                         if not data:
@@ -309,14 +310,6 @@ class _Session:
         self.out_total = 0
         return "dropped", None
 
-
-def _drain(fd: int) -> None:
-    """Empty a non-blocking pipe."""
-    try:
-        while os.read(fd, 512):
-            pass
-    except BlockingIOError:
-        pass
 
 
 def _wait_for_host(path) -> None:
