@@ -268,23 +268,38 @@ def test_attached_client_is_repainted_after_a_handoff(host):
 def new_code_held(host):
     """The installed code, once exec'd by a hand-off, waits before it stops the bridge
     (ptyhostd/bridge.py) until ``release()``: the window is the test's, not a race.
-    Its loop is held too, so the unit's watchdog (10 s) bounds how long that may be."""
-    flag = f"/tmp/clowder-test-hold-start-{host.scope}"
-    open(flag, "w").close()
-    os.chown(flag, host.uid, -1)
+    It waits on a FIFO (30 s at most); its loop is held too, so the unit's watchdog
+    (10 s) bounds how long that may be."""
+    fifo = f"/tmp/clowder-test-hold-start-{host.scope}"
+    if os.path.exists(fifo):
+        os.unlink(fifo)
+    os.mkfifo(fifo)
+    os.chown(fifo, host.uid, -1)
     path = os.path.join(SITE, "bridge.py")
     original = _break(path, (
         "_orig_end = end\n"
         "def end():\n"
-        "    import time\n"
-        "    deadline = time.monotonic() + 30\n"
-        f"    while os.path.exists({flag!r}) and time.monotonic() < deadline:\n"
-        "        time.sleep(0.01)  # held by the test (tests/test_handoff.py)\n"
+        "    try:  # held by the test (tests/test_handoff.py) until it writes a byte\n"
+        f"        fd = os.open({fifo!r}, os.O_RDWR | os.O_NONBLOCK)\n"
+        "    except FileNotFoundError:\n"
+        "        return _orig_end()  # released already\n"
+        "    try:\n"
+        "        _ready([fd], select.POLLIN, 30)\n"
+        "    finally:\n"
+        "        os.close(fd)\n"
         "    return _orig_end()\n"))
 
     def release() -> None:
-        if os.path.exists(flag):
-            os.unlink(flag)
+        if not os.path.exists(fifo):
+            return
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            pass  # ENXIO: the new code is not waiting (yet); the unlink releases it
+        else:
+            os.write(fd, b"x")
+            os.close(fd)
+        os.unlink(fifo)
     try:
         yield release
     finally:
