@@ -159,14 +159,15 @@ async def _serve(args) -> None:
     inputqueue.configure(args.input_queue_bytes, args.input_deadline)
     engine.choose(args.screen_engine)
     screenmemory.configure(args.screen_memory)
-    if handed is not None:
-        bridge.end()  # the old code's bridge stops before anything is adopted (bridge.py)
-    os.environ.pop(bridge.ENV, None)  # never passed on (the check, a manual start)
+    # After a hand-off, the old code's bridge serves its clients until the sessions are
+    # taken, and stops before any pty is read (Adoption._settle_bridge).
+    end = bridge.end if handed is not None else None
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user,
                                    max_sessions_per_user=args.max_sessions_per_user,
                                    show_ended=args.show_ended,
-                                   state_dir=statedir.default_path()), parked)
+                                   state_dir=statedir.default_path()), parked, end)
+    os.environ.pop(bridge.ENV, None)  # never passed on (the check, a manual start)
     # Never closed or unlinked by us: systemd owns the socket and keeps it bound.
     for sock in listeners:
         Listener(loop, sock, lambda: Connection(host))  # lives as the loop's reader

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from clowder_common import events, sdnotify
 
@@ -43,8 +43,13 @@ class Adoption:
     # --- start: adopt what the store gave back ------------------------------------------
 
     @classmethod
-    async def start(cls, config: Config, stored: dict[str, list[int]]) -> "Host":
-        """A host that has adopted every session parked by its predecessor."""
+    async def start(cls, config: Config, stored: dict[str, list[int]],
+                    bridge_end: Optional[Callable[[], None]] = None) -> "Host":
+        """A host that has adopted every session parked by its predecessor.
+
+        ``bridge_end``: after a hand-off, what stops the old code's bridge (bridge.py),
+        which may be moving bytes through ptys and rings until it is called; it is
+        called once every session is taken (_adopt), before the first pty is read."""
         manager = Manager(config.user_manager)  # connects meanwhile; calls wait for it
         raw_manifest = {name: fds[0] for name, fds in stored.items() if name in SLOTS}
         records: list[dict] = []
@@ -68,6 +73,7 @@ class Adoption:
                 fdstore.unpark(slot)
             fdstore.park(slot, manifest.fds[slot].fd)
         host = cls(config, manager, manifest)
+        host._bridge_end = bridge_end
         # Why this start, as far as the host can tell: nothing parked is a fresh start;
         # a manifest its predecessor marked on a clean exit (Host.shutdown) a restart; a
         # parked manifest without the mark, a predecessor that never reached its
@@ -122,6 +128,7 @@ class Adoption:
                 s = self._adopt_failed(sid, rec, master_fds, ring_fds, exc)
             if s is not None:
                 asking.append(s)
+        self._settle_bridge()
         for s in asking:
             try:
                 await self._adopt_asking(s)
@@ -142,6 +149,20 @@ class Adoption:
         log.info("adopted %d sessions (%d running)", len(self.sessions), live,
                  extra={"CLOWDER_CAUSE": "start", "CLOWDER_START": self.start_cause,
                         **events.fields("host-started")})
+
+    def _settle_bridge(self) -> None:
+        """After a hand-off, the sessions are taken (fds owned, rings mapped, readers and
+        pidfds registered) and the old code's bridge has served their clients meanwhile:
+        stop it now, then take each ring's head as the bridge left it.  Nothing before
+        this read a pty or wrote a ring or the input table, and the event loop has run
+        nothing yet (no await since the start began), so the two never ran at once;
+        what the bridge wrote to the input table is read when a client attaches."""
+        end, self._bridge_end = self._bridge_end, None
+        if end is None:
+            return
+        end()
+        for s in self.sessions.values():
+            s.ring.settle()
 
     def _restore_saved(self) -> None:
         """Sessions saved on disk (statedir.py) that the FD store did not give back: of
@@ -218,7 +239,8 @@ class Adoption:
                 extra += 1
                 continue
             try:
-                ring = Ring.adopt(fd, sid)  # closes fd when it raises
+                # closes fd when it raises; a ring the bridge may write is settled later
+                ring = Ring.adopt(fd, sid, settle=self._bridge_end is None)
             except RingError as exc:
                 corrupt.append(str(exc))
         if ring is not None and not corrupt and not extra:

@@ -10,11 +10,12 @@ holds; its EOF is the exec, a byte is a failed exec and the end), then moves the
 the clients that were attached and in step: program output from the pty into the ring
 (the same memfd the new code adopts) and on to those clients, and their numbered
 keystrokes into the pty, recording each in the input table (inputseq.py) as the old code
-does.  The new code, once imported and just before it adopts anything, stops the bridge
-(``end``: SIGTERM, then waits for its exit) and only then touches the rings and ptys, so
-the two never run at once; the clients' connections close as the bridge exits, and they
-reconnect and are repainted as before, only later and for less time (docs/design.md,
-"Hand-off: the bridge").
+does.  The new code, once imported, takes every session (fds, maps, pidfds) without
+reading a pty or writing a ring, then stops the bridge (``end``: SIGTERM, then waits for
+its exit; Adoption._settle_bridge) and only then takes the rings' heads and reads the
+ptys, so the two never run at once; the clients' connections close as the bridge exits,
+and they reconnect and are repainted as before, only later and for less time
+(docs/design.md, "Hand-off: the bridge").
 
 What the bridge does not do (it runs none of the old code's machinery; it is a forked
 copy of a threaded process, so it takes no lock another thread may have held, imports
@@ -197,8 +198,9 @@ def _prctl():
 
 
 def end() -> None:
-    """In the new code, before it adopts anything: stop the bridge the old code left (if
-    any) and wait until it is gone, so that the rings and ptys have one user again."""
+    """In the new code, once it has taken the sessions and before it reads any pty or
+    writes any ring: stop the bridge the old code left (if any) and wait until it is
+    gone, so that the rings and ptys have one user again."""
     text = os.environ.pop(ENV, None)
     if not text:
         return

@@ -81,6 +81,7 @@ class Host(Adoption):
         # check that each pid is still its program's; sessions spawned since are not.
         self._fast_adopted: list[Session] = []
         self.start_cause = "start"  # why this host started (Adoption.start)
+        self._bridge_end: Optional[Callable[[], None]] = None  # Adoption._settle_bridge
         manager.on_reconnect = self._after_reconnect
         self.bus = EventBus()  # what `clowderctl events` watches (eventbus.py)
         self.state_dir = statedir.StateDir(config.state_dir, statedir.boot_key())

@@ -83,9 +83,11 @@ class Ring:
         return ring
 
     @classmethod
-    def adopt(cls, raw_fd: int, name: str) -> "Ring":
+    def adopt(cls, raw_fd: int, name: str, settle: bool = True) -> "Ring":
         """Take over a parked ring, finishing any read a crash interrupted.
 
+        ``settle=False``: another process (a hand-off's bridge) may still be writing to
+        it; nothing is written and the caller calls ``settle`` once that one is gone.
         Raises RingError, with ``raw_fd`` closed, for whatever makes it unusable."""
         fd = Fd(raw_fd, f"ring {name}")
         mm = ring = None
@@ -99,11 +101,8 @@ class Ring:
                 raise RingError(f"ring {name}: bad header (magic {magic!r}, "
                                 f"capacity {capacity})")
             ring = cls(fd, mm, capacity, head)
-            if pending and pending_at == head and pending <= ring.guard:
-                if any(v.tobytes().count(0) != len(v) for v in ring._region(head, pending)):
-                    ring.head = head + pending
-                _QQ.pack_into(mm, _OFF_HEAD, ring.head, 0)
-            ring.stamps = Stamps.load(mm, ring.head)
+            if settle:
+                ring.settle()
             return ring
         except Exception as exc:
             if ring is not None:
@@ -114,6 +113,17 @@ class Ring:
             if isinstance(exc, RingError):
                 raise
             raise RingError(f"ring {name}: cannot adopt: {exc}") from exc
+
+    def settle(self) -> None:
+        """Take ``head`` from the header, finish a read that was cut off (``pending``, see
+        above) and load the stamps: when this process becomes the ring's only writer."""
+        _magic, _cap, head, pending, pending_at = _HEADER.unpack_from(self._mm, 0)
+        self.head = head
+        if pending and pending_at == head and pending <= self.guard:
+            if any(v.tobytes().count(0) != len(v) for v in self._region(head, pending)):
+                self.head = head + pending
+            _QQ.pack_into(self._mm, _OFF_HEAD, self.head, 0)
+        self.stamps = Stamps.load(self._mm, self.head)
 
     @staticmethod
     def inspect(raw_fd: int, name: str) -> tuple[int, int]:

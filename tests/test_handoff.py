@@ -214,11 +214,11 @@ def test_crash_during_real_restore_loses_nothing_but_time(host):
     os.chown(flag, host.uid, -1)  # the host (maybe a user) must be able to remove it
     original = _break(path, (
         "_orig_start = Host.start\n"
-        "async def _crashing_start(config, stored):\n"
+        "async def _crashing_start(config, stored, *rest):\n"
         "    import os\n"
         f"    if os.path.exists({flag!r}):  # the first start after the patch: the exec\n"
         f"        os.unlink({flag!r}); os._exit(70)\n"
-        "    return await _orig_start(config, stored)\n"
+        "    return await _orig_start(config, stored, *rest)\n"
         "Host.start = staticmethod(_crashing_start)\n"))
     try:
         before = len(numbers(host, sid))
@@ -264,13 +264,29 @@ def test_attached_client_is_repainted_after_a_handoff(host):
     assert re.search(rb"[1-9]\d* screens carried across the hand-off", log), log[-2000:]
 
 
+def _hold_fifo(host) -> str:
+    return f"/tmp/clowder-test-hold-start-{host.scope}"
+
+
+def _new_code_waits(host) -> bool:
+    """The held new code has the FIFO open: it took every session (the hold is where it
+    stops the bridge, Adoption._settle_bridge).  Opening a FIFO's write end without
+    blocking succeeds only while a reader has it open (ENXIO otherwise)."""
+    try:
+        fd = os.open(_hold_fifo(host), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    os.close(fd)  # the reader opened it read-write: no hang-up reaches it
+    return True
+
+
 @contextlib.contextmanager
 def new_code_held(host):
     """The installed code, once exec'd by a hand-off, waits before it stops the bridge
     (ptyhostd/bridge.py) until ``release()``: the window is the test's, not a race.
     It waits on a FIFO (30 s at most); its loop is held too, so the unit's watchdog
     (10 s) bounds how long that may be."""
-    fifo = f"/tmp/clowder-test-hold-start-{host.scope}"
+    fifo = _hold_fifo(host)
     if os.path.exists(fifo):
         os.unlink(fifo)
     os.mkfifo(fifo)
@@ -335,6 +351,10 @@ def bridge_serving(host):
         reload = start_reload(host)
         try:
             wait_bridge(host, since)
+            # What is typed from here reaches rings the new code has already mapped:
+            # it must take each ring's head as the bridge left it (Ring.settle).
+            wait_for(lambda: _new_code_waits(host), 30,
+                     "the new code to take the sessions and wait to stop the bridge")
             yield release, reload, since
         finally:
             release()
