@@ -1,0 +1,75 @@
+"""Echo and throughput of source trees side by side, beside tmux: a constant's A/B.
+
+    python3 tools/sysinstance.py run --name NAME -- VENV/bin/python bench/trees.py \\
+        TREE_A,TREE_B [ROUNDS [SAMPLES [MB]]]
+
+In one systemd instance, each round: for each tree in turn (the first one rotating), the
+host is switched to it (handoff_dark.use: a restart with the tree on PYTHONPATH), then
+figure 3's echo samples are taken idle and beside a flood, and figure 1's `cat` of MB
+megabytes, each through the minimal client and through `clowderctl attach` (the venv's,
+the same for every tree: what differs is the host); tmux is measured in the same round,
+so a loaded machine weighs on all alike.  Prints each measurement and, at the end, the
+medians over all rounds.  Used for issue 13's pty wake size (docs/bench.md, section 3).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import clowder
+import fig_echo
+import fig_throughput
+from common import log, median, percentile
+from handoff_dark import use
+from peers import TmuxPeer
+
+
+def main() -> None:
+    srcs = sys.argv[1].split(",")
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    samples = int(sys.argv[3]) if len(sys.argv) > 3 else 300
+    size = int(sys.argv[4]) * 1_000_000 if len(sys.argv) > 4 else 100_000_000
+    os.makedirs("/tmp/clowder-bench", exist_ok=True)
+    path = fig_throughput.make_file(size)
+    rng = random.Random(13)
+    echo: dict[tuple, list[float]] = {}
+    tput: dict[tuple, list[float]] = {}
+    tmux = TmuxPeer()
+    if tmux.available():
+        raise SystemExit(f"tmux: {tmux.available()}")
+
+    def one(label: str, peer) -> None:
+        for load, flood in (("idle", None), ("flood", path)):
+            lat = fig_echo.measure(peer, samples, rng, flood)
+            echo.setdefault((label, load), []).extend(lat)
+            log(f"{label} echo {load}: p50 {median(lat) * 1e3:.2f} ms, "
+                f"p99 {percentile(lat, 99) * 1e3:.2f} ms")
+        res = fig_throughput.measure(peer, path, size, 300)
+        tput.setdefault(label, []).append(res["mb_s"])
+        log(f"{label} cat: {res['mb_s']:.1f} MB/s (server cpu {res['server_cpu']:.2f} s)")
+
+    for r in range(rounds):
+        order = srcs[r % len(srcs):] + srcs[:r % len(srcs)]
+        for src in order:
+            use(src)
+            tree = os.path.basename(src.rstrip("/"))
+            for peer in (clowder.ClowderPeer(), clowder.ClowderCtlPeer()):
+                one(f"{tree}/{peer.name}", peer)
+                peer.reset()
+        one("tmux", tmux)
+        tmux.clear()
+    print("\nmedians over all rounds (echo in ms; cat in MB/s):", flush=True)
+    for label in sorted(tput):
+        row = [f"{label:28}"]
+        for load in ("idle", "flood"):
+            lat = echo[(label, load)]
+            row.append(f"echo {load} p50 {median(lat) * 1e3:5.2f} p99 "
+                       f"{percentile(lat, 99) * 1e3:6.2f}")
+        row.append(f"cat {median(tput[label]):6.1f}")
+        print("  ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
