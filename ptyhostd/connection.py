@@ -449,13 +449,14 @@ class Connection(asyncio.Protocol):
         future for when it is written (None: done already), resolved to None or why not."""
         if s.state != "running" or s.master is None:
             raise RequestError(f"session {s.id} is not running ({s.state})", "not-running")
-        done = None
+        done = fut = None
         if wait:
             fut = asyncio.get_running_loop().create_future()
 
-            def done(why, fut=fut):
+            def settle(why, fut=fut):
                 if not fut.done():
                     fut.set_result(why)
+            done = settle
         try:
             if s.input.write(data, self, done, on_written):
                 return None

@@ -100,7 +100,7 @@ def run(args) -> int:
     print(f"enabled and started clowder-ptyhost.socket and clowder-control.socket ({scope})")
     if args.web:
         _run(ctl + ["enable", "--now", "clowder-web.socket"])
-        print(f"enabled and started clowder-web.socket: `clowderctl web` prints a login URL")
+        print("enabled and started clowder-web.socket: `clowderctl web` prints a login URL")
     if scope == "user" and not args.no_linger:
         enable_linger()
     return 0
