@@ -23,6 +23,7 @@ from clowder_common import __version__
 from . import handoff, inputseq, peer, pty
 from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
 from .host import Host, RequestError
+from .keystrokes import KEYSTROKES
 from .session import Attachment, Session
 
 log = logging.getLogger("ptyhostd")
@@ -449,6 +450,7 @@ class Connection(asyncio.Protocol):
         future for when it is written (None: done already), resolved to None or why not."""
         if s.state != "running" or s.master is None:
             raise RequestError(f"session {s.id} is not running ({s.state})", "not-running")
+        KEYSTROKES.typed(s.id)  # other sessions' floods read in smaller wakes a while
         done = fut = None
         if wait:
             fut = asyncio.get_running_loop().create_future()

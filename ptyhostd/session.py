@@ -32,6 +32,7 @@ from clowder_common import events
 
 from . import engine, screenmemory
 from .fd import Fd
+from .keystrokes import KEYSTROKES, TYPING_WAKE_BYTES
 from .inputqueue import InputQueue
 from .ring import Ring
 
@@ -48,7 +49,8 @@ UNIT_PREFIX = "clowder-session-"
 # 4095), so a wake reads up to READS_PER_WAKE times, stopping at WAKE_BYTES, and only
 # then forwards what it read: one Output frame, one send and one scan for the lot, not
 # one a read (the per-read Python cost was most of the loop's time in a flood, py-spy).
-# Then other sessions' keystrokes get their turn.
+# Then other sessions' keystrokes get their turn; while someone types into another
+# session, a wake stops at keystrokes.TYPING_WAKE_BYTES instead (keystrokes.py says why).
 READS_PER_WAKE = 16
 WAKE_BYTES = 64 * 1024
 # The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
@@ -387,17 +389,19 @@ class Session:
         self._loop = None
         self._model_paused = False
 
-    def _pump(self) -> int:
-        """Read from the pty into the ring (up to READS_PER_WAKE reads, WAKE_BYTES),
-        then forward it all to attached clients; the byte count (0: nothing there now).
+    def _pump(self, now: float) -> int:
+        """Read from the pty into the ring (up to READS_PER_WAKE reads, WAKE_BYTES, or
+        TYPING_WAKE_BYTES while another session has input), then forward it all to
+        attached clients; the byte count (0: nothing there now).
         Raises OSError (EIO: the slave side is gone) after forwarding what came before."""
         ring = self.ring
         start = ring.head
         fd = self.master.fd
+        wake = TYPING_WAKE_BYTES if KEYSTROKES.others_typing(self.id, now) else WAKE_BYTES
         # Each read adds at most the ring's guard: stopping at ``room`` keeps all of
         # this wake's bytes among those the ring holds (capacity - guard), however small
         # the ring.
-        room = min(WAKE_BYTES, ring.capacity - 2 * ring.guard)
+        room = min(wake, ring.capacity - 2 * ring.guard)
         try:
             for _ in range(READS_PER_WAKE):
                 if not ring.fill_from(fd) or ring.head - start >= room:
@@ -474,9 +478,9 @@ class Session:
 
     def on_readable(self) -> None:
         """Move what the pty has into the ring and out to attached clients."""
-        self.last_output = time.monotonic()
+        now = self.last_output = time.monotonic()
         try:
-            self._pump()
+            self._pump(now)
         except OSError as exc:
             if exc.errno != errno.EIO:
                 log.error("session %s: reading its pty: %s", self.id, exc,
@@ -492,7 +496,7 @@ class Session:
         before = self.ring.head
         while self.ring.head - before < limit:
             try:
-                if not self._pump():
+                if not self._pump(time.monotonic()):
                     break
             except OSError:
                 break

@@ -1,0 +1,94 @@
+"""A flooding session reads its pty in small wakes only while someone types into another
+session (ptyhostd/keystrokes.py): the two-slot record answers for every session, and a
+session's pump on a real pty fed by `yes` stops at the small size exactly then."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+import tty
+
+import pytest
+
+from ptyhostd import keystrokes
+from ptyhostd.fd import Fd
+from ptyhostd.keystrokes import TYPING_WAKE_BYTES, TYPING_WINDOW, Keystrokes
+from ptyhostd.ring import Ring
+from ptyhostd.session import WAKE_BYTES, Session
+
+PTY_READ_MAX = 4095  # what one read of a pty master gives at most (n_tty's buffer)
+
+
+def test_the_record_answers_for_every_session():
+    k = Keystrokes()
+    assert not k.others_typing("a", 0.0), "typing seen before any input"
+    k.typed("a", 10.0)
+    assert k.others_typing("b", 10.5), "b did not see a's typing"
+    assert not k.others_typing("a", 10.5), "a's own typing counted as another's"
+    k.typed("b", 11.0)
+    assert k.others_typing("a", 11.5) and k.others_typing("b", 10.9 + TYPING_WINDOW - 1)
+    k.typed("b", 12.0)  # b again: a's input (10.0) stays what "others" means for b
+    assert not k.others_typing("b", 10.0 + TYPING_WINDOW), "a's old input still counts"
+    assert k.others_typing("a", 12.0 + TYPING_WINDOW - 0.01), "b's latest input lost"
+    assert not k.others_typing("c", 12.0 + TYPING_WINDOW), "the window does not end"
+    k.typed("c", 13.0)
+    assert k.others_typing("c", 12.5), "b's input at 12.0 is not another's for c"
+    assert not k.others_typing("c", 12.0 + TYPING_WINDOW)
+
+
+@pytest.fixture
+def flooded_session(monkeypatch):
+    """A session of our own whose pty `yes` floods (no host: its pump alone)."""
+    monkeypatch.setattr(keystrokes, "KEYSTROKES", Keystrokes())
+    from ptyhostd import session as session_mod
+    monkeypatch.setattr(session_mod, "KEYSTROKES", keystrokes.KEYSTROKES)
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    os.set_blocking(master, False)
+    yes = subprocess.Popen(["yes", "x" * 200], stdout=slave, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    ring = Ring.create("wake-test", 1 << 20)
+    s = Session("wake-test", name="t", argv=[], cwd=None, uid=0, cols=80, rows=24,
+                created=time.time(), ring=ring)
+    s.master = Fd(master, "wake-test master")
+    try:
+        yield s
+    finally:
+        yes.kill()
+        yes.wait()
+        s.master.close()
+        s.master = None
+        ring.close()
+
+
+def _wakes(s: Session, now: float, count: int = 30) -> list[int]:
+    """``count`` wakes of the pump, each once the pty is readable (bounded wait)."""
+    got = []
+    for _ in range(count):
+        ready, _, _ = select.select([s.master.fd], [], [], 10.0)
+        assert ready, "the flooded pty was not readable within 10 s"
+        got.append(s._pump(now))
+    return got
+
+
+def test_a_flood_wakes_small_only_while_another_session_has_input(flooded_session):
+    s = flooded_session
+    record = keystrokes.KEYSTROKES
+    now = time.monotonic()
+    alone = _wakes(s, now)
+    assert max(alone) > TYPING_WAKE_BYTES + PTY_READ_MAX, \
+        f"with nobody typing no wake read more than the small size: {alone}"
+    assert max(alone) < WAKE_BYTES + PTY_READ_MAX, f"a wake read past WAKE_BYTES: {alone}"
+    record.typed(s.id, now)  # its own input: the flood's own user, not someone else
+    own = _wakes(s, now)
+    assert max(own) > TYPING_WAKE_BYTES + PTY_READ_MAX, \
+        f"the session's own input made its wakes small: {own}"
+    record.typed("another-session", now)
+    beside = _wakes(s, now + TYPING_WINDOW / 2)
+    assert max(beside) < TYPING_WAKE_BYTES + PTY_READ_MAX, \
+        f"a wake read past the small size while another session had input: {beside}"
+    after = _wakes(s, now + TYPING_WINDOW)
+    assert max(after) > TYPING_WAKE_BYTES + PTY_READ_MAX, \
+        f"wakes stayed small after the window: {after}"
