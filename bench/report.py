@@ -407,7 +407,7 @@ def _snapshot(res: dict, repaint: dict | None = None) -> str:
     return out
 
 
-def markdown(results: dict, png: str | None, results_name: str) -> str:
+def markdown(results: dict, png: str | None, results_path: str) -> str:
     run = results.get("run", {})
     meta = results.get("meta", {})
     out = ["# Benchmarks: clowder beside tmux, screen, dtach and abduco\n"]
@@ -419,7 +419,7 @@ def markdown(results: dict, png: str | None, results_name: str) -> str:
         f"{_f((meta.get('loadavg_start') or [None])[0], '{:.2f}')} at the start; other work "
         "was running on it, so absolute numbers are noisy and the ratios taken within a "
         "round hold better than MB/s or ms.  Results file: "
-        f"`/opt/clowder-bench/results/{results_name}`.\n")
+        f"`{results_path}`.\n")
     if png:
         out.append(f"![benchmarks]({png})\n")
     versions = meta.get("versions", {})

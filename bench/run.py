@@ -254,7 +254,7 @@ def write_report(results_path: str, plot_py: str | None) -> int:
     else:
         say("no matplotlib: docs/bench.png is not written")
     text = report.markdown(results, "bench.png" if have_png else None,
-                           os.path.basename(results_path))
+                           os.path.abspath(results_path))
     text = _with_kept_sections(text, md)  # read before the file is truncated below
     with open(md, "w") as f:
         f.write(text)
