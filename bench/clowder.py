@@ -16,7 +16,7 @@ import sys
 
 import clowder_wire as P
 
-from common import (COLS, ROWS, TERM, PtyTerminal, Terminal, client_env, run, spawn_on_pty,
+from common import (TERM, PtyTerminal, Terminal, client_env, run, size, spawn_on_pty,
                     wait_for)
 
 SOCKET = "/run/clowder/ptyhost.sock"
@@ -122,7 +122,7 @@ class Conn:
 
 def spawn(conn: Conn, argv: list[str], name: str | None = None) -> str:
     info = conn.request(P.Spawn(argv=argv, name=name, cwd="/", env={"TERM": TERM},
-                                cols=COLS, rows=ROWS), P.SessionInfo)
+                                cols=size()[0], rows=size()[1]), P.SessionInfo)
     return info.session["id"]
 
 
@@ -150,7 +150,7 @@ class AttachedClient(Terminal):
         self.sid = sid
         self.on_close = on_close  # called after the connection is closed
         self.conn = Conn(path, timeout)
-        self.conn.send(P.Attach(session=sid, cols=COLS, rows=ROWS, replay=replay))
+        self.conn.send(P.Attach(session=sid, cols=size()[0], rows=size()[1], replay=replay))
         self.exited: P.Exited | None = None
         while True:
             frame = self.conn._frame()
@@ -305,7 +305,7 @@ class StalledClient:
     def __init__(self, sid: str):
         self.conn = Conn()
         self.conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        self.conn.send(P.Attach(session=sid, cols=COLS, rows=ROWS, read_only=True))
+        self.conn.send(P.Attach(session=sid, cols=size()[0], rows=size()[1], read_only=True))
 
     def close(self) -> None:
         self.conn.close()

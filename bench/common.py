@@ -5,6 +5,7 @@ Nothing here asserts on time: the harness measures and reports, it never judges.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -17,7 +18,10 @@ import sys
 import termios
 import time
 
-COLS, ROWS = 80, 24
+# The clients' terminal: 80x24 unless $CLOWDER_BENCH_TERM says (e.g. 200x50), or a
+# figure sets another for a while (`sized`: figure 1 also runs at issue 13's 200x50).
+# Peers read it when they open a terminal (`size()`), not at import.
+COLS, ROWS = (int(n) for n in os.environ.get("CLOWDER_BENCH_TERM", "80x24").split("x"))
 TERM = "xterm-256color"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -44,8 +48,26 @@ def client_env(**extra) -> dict[str, str]:
 # --- ptys and terminals -------------------------------------------------------------------
 
 
-def set_size(fd: int, cols: int = COLS, rows: int = ROWS) -> None:
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+def size() -> tuple[int, int]:
+    """The clients' terminal size now: (cols, rows)."""
+    return COLS, ROWS
+
+
+@contextlib.contextmanager
+def sized(cols: int, rows: int):
+    """Terminals opened inside this block are cols x rows."""
+    global COLS, ROWS
+    old = COLS, ROWS
+    COLS, ROWS = cols, rows
+    try:
+        yield
+    finally:
+        COLS, ROWS = old
+
+
+def set_size(fd: int, cols: int | None = None, rows: int | None = None) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ,
+                struct.pack("HHHH", rows or ROWS, cols or COLS, 0, 0))
 
 
 def _become_tty_leader() -> None:

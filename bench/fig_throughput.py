@@ -11,6 +11,10 @@ screen.  CPU time of the relay's server and client processes is read from
 
 "clowder, 2nd client stalled" is clowder's row again with a second, read-only client
 attached to the session that never reads; ``x_alone`` is its speed over clowder's alone.
+
+Every peer is measured twice: in the default terminal (80x24) and at BIG (200x50, the
+size issue 13 sets its throughput goal at: a model's cost a byte depends on the size, as
+a screen of 80 columns scrolls 2.5x as many lines for the same text).
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ import os
 import random
 import time
 
-from common import (DONE, drain, log, median, ping, read_until, throughput_argv, cpu_seconds)
+import common
+from common import (DONE, cpu_seconds, drain, log, median, ping, read_until, sized,
+                    throughput_argv)
 
 WORK = "/tmp/clowder-bench"
 STALLED = "clowder, 2nd client stalled"  # clowder.ClowderStalledPeer
+BIG = (200, 50)
 
 
 def make_file(size: int) -> str:
@@ -75,7 +82,18 @@ def measure(peer, path: str, size: int, timeout: float) -> dict:
 
 
 def run(peers: list, size: int, rounds: int, timeout: float) -> dict:
+    """Each peer at the default size, then (but the stalled peer) at BIG."""
     path = make_file(size)
+    res = _run_at(peers, path, size, rounds, timeout)
+    res["term"] = "%dx%d" % common.size()
+    with sized(*BIG):
+        big = _run_at([p for p in peers if p.name != STALLED], path, size, rounds, timeout)
+    res["at"] = {"%dx%d" % BIG: big["peers"]}
+    return res
+
+
+def _run_at(peers: list, path: str, size: int, rounds: int, timeout: float) -> dict:
+    cols, rows = common.size()  # ``size`` here is the file's
     samples: dict[str, list[dict]] = {p.name: [] for p in peers}
     errors: dict[str, list[str]] = {p.name: [] for p in peers}
     for r in range(rounds):
@@ -86,7 +104,8 @@ def run(peers: list, size: int, rounds: int, timeout: float) -> dict:
                 res = measure(peer, path, size, timeout)
                 res["round"] = r
                 samples[peer.name].append(res)
-                log(f"throughput round {r + 1}/{rounds} {peer.name}: {res['mb_s']:.1f} MB/s "
+                log(f"throughput {cols}x{rows} round {r + 1}/{rounds} {peer.name}: "
+                    f"{res['mb_s']:.1f} MB/s "
                     f"({res['seconds']:.2f} s, server cpu {res['server_cpu']:.2f} s)")
             except Exception as exc:  # one broken peer must not stop the others
                 errors[peer.name].append(f"round {r + 1}: {exc!r}")

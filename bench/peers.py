@@ -15,8 +15,8 @@ import os
 import shutil
 import signal
 
-from common import (COLS, ROWS, PtyTerminal, Terminal, client_env, find_pids, run,
-                    spawn_on_pty, wait_for)
+from common import (PtyTerminal, Terminal, client_env, find_pids, run, size, spawn_on_pty,
+                    wait_for)
 
 WORK = "/tmp/clowder-bench"
 _serial = itertools.count(1)
@@ -70,7 +70,8 @@ class TmuxPeer:
     def open(self, argv: list[str], beside=None) -> Terminal:
         sock = beside.tmux_socket if beside is not None else unique("bench")
         name = unique("s")
-        self._tmux(sock, "new-session", "-d", "-s", name, "-x", str(COLS), "-y", str(ROWS),
+        cols, rows = size()
+        self._tmux(sock, "new-session", "-d", "-s", name, "-x", str(cols), "-y", str(rows),
                    "--", *argv)
         server = self._server_pid(sock)
         proc, master = spawn_on_pty(["tmux", "-L", sock, "attach", "-t", name])
@@ -84,8 +85,9 @@ class TmuxPeer:
         for _ in range(count):
             if self.memory_socket is None:
                 self.memory_socket = unique("mem")
-                self._tmux(self.memory_socket, "new-session", "-d", "-s", "m", "-x", str(COLS),
-                           "-y", str(ROWS), "--", *argv)
+                cols, rows = size()
+                self._tmux(self.memory_socket, "new-session", "-d", "-s", "m", "-x",
+                           str(cols), "-y", str(rows), "--", *argv)
             else:
                 self._tmux(self.memory_socket, "new-window", "-d", "-t", "m", "--", *argv)
 

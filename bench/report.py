@@ -42,7 +42,8 @@ WHAT = """\
 
 **1. Throughput.** A fresh session per measurement runs
 `stty -echo; (answer PONG to lines until "go"); cat FILE; print DONE`.  The peer's
-client is attached in a pty of ours (80x24, TERM=xterm-256color); for clowder, either
+client is attached in a pty of ours (80x24, TERM=xterm-256color; then every peer again
+at 200x50, the session the same size); for clowder, either
 the minimal client that speaks `clowder_wire` directly (`clowder`: splits frames
 and keeps the Output bytes, nothing more) or `clowderctl attach` in a pty
 (`clowderctl`).  A ping/PONG round trip proves the path is live, then the clock runs
@@ -154,10 +155,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _throughput(res: dict) -> str:
-    if "error" in res:
-        return f"Failed:\n\n```\n{res['error']}\n```\n"
-    peers = res["peers"]
+def _throughput_rows(peers: dict) -> list:
     rows = []
     for name in _ordered(peers):
         s = peers[name]
@@ -172,17 +170,29 @@ def _throughput(res: dict) -> str:
             ", ".join(f"{v:.1f}" for v in s["mb_s_all"]),
             "; ".join(s.get("errors", [])) or "",
         ])
+    return rows
+
+
+def _throughput(res: dict) -> str:
+    if "error" in res:
+        return f"Failed:\n\n```\n{res['error']}\n```\n"
+    peers = res["peers"]
+    head = ["peer", "MB/s", "s", "x raw (paired)", "x tmux (paired)",
+            "relay CPU s / 100 MB", "each round MB/s", "errors"]
     mb = res["file_bytes"] / 1e6
-    out = (f"`cat` of {mb:g} MB to an attached client; medians of {res['rounds']} "
-           "interleaved rounds.\n\n"
-           + _table(["peer", "MB/s", "s", "x raw (paired)", "x tmux (paired)",
-                     "relay CPU s / 100 MB", "each round MB/s", "errors"], rows))
+    out = (f"`cat` of {mb:g} MB to an attached client in a {res.get('term', '80x24')} "
+           f"terminal; medians of {res['rounds']} interleaved rounds.\n\n"
+           + _table(head, _throughput_rows(peers)))
     stalled = peers.get(STALLED, {})
     if "x_alone" in stalled:
         out += (f"\nWith a second client attached to the session and stalled (it never "
                 f"reads), the session and the reading client ran at "
                 f"{stalled['mb_s']:.1f} MB/s: {stalled['x_alone']:.2f} x clowder with no "
                 f"second client (paired within rounds: {_f(stalled.get('x_alone_paired'), '{:.2f}')}).\n")
+    for term, at in res.get("at", {}).items():
+        out += (f"\nThe same in a {term} terminal (issue 13 sets its throughput goal at "
+                "this size), all peers in the same rounds:\n\n"
+                + _table(head, _throughput_rows(at)))
     return out
 
 

@@ -6,7 +6,8 @@
 In one systemd instance, each round: for each tree in turn (the first one rotating), the
 host is switched to it (handoff_dark.use: a restart with the tree on PYTHONPATH), then
 figure 3's echo samples are taken idle and beside a flood, and figure 1's `cat` of MB
-megabytes, each through the minimal client and through `clowderctl attach` (the venv's,
+megabytes, each through the minimal client (in an 80x24 terminal, or
+$CLOWDER_BENCH_TERM's size, e.g. 200x50), and through `clowderctl attach` (the venv's,
 the same for every tree: what differs is the host); tmux is measured in the same round,
 so a loaded machine weighs on all alike.  Prints each measurement and, at the end, the
 medians over all rounds.  Used for issue 13's pty wake size (docs/bench.md, section 3).
@@ -22,6 +23,7 @@ import clowder
 import fig_echo
 import fig_throughput
 from common import log, median, percentile
+from common import size as size_now
 from handoff_dark import use
 from peers import TmuxPeer
 
@@ -33,6 +35,7 @@ def main() -> None:
     size = int(sys.argv[4]) * 1_000_000 if len(sys.argv) > 4 else 100_000_000
     os.makedirs("/tmp/clowder-bench", exist_ok=True)
     path = fig_throughput.make_file(size)
+    log("terminal %dx%d ($CLOWDER_BENCH_TERM)" % size_now())
     rng = random.Random(13)
     echo: dict[tuple, list[float]] = {}
     tput: dict[tuple, list[float]] = {}
