@@ -21,7 +21,7 @@ import time
 
 import clowder
 import fig_echo
-from common import cpu_seconds, median, read_until
+from common import cpu_seconds, median
 from handoff_dark import use
 
 
@@ -46,11 +46,7 @@ def main() -> None:
             lat = []
             c0 = cpu_seconds([pid])
             for i in range(keys):
-                key = bytes([ord("a") + i % 26])
-                t0 = time.perf_counter()
-                term.write(key)
-                read_until(term, key, 5.0)
-                lat.append(time.perf_counter() - t0)
+                lat.append(fig_echo.echo_once(term, i))
                 if gap[1]:
                     time.sleep(rng.uniform(*gap))
             spent = (cpu_seconds([pid]) - c0) / keys

@@ -121,6 +121,15 @@ def _start_flood(peer, path: str):
     return flood, drainer
 
 
+def echo_once(term, i: int, timeout: float = 5.0) -> float:
+    """Seconds from typing the ``i``-th key (a-z in turn) to its echo on the client."""
+    key = bytes([ord("a") + i % 26])
+    t0 = time.perf_counter()
+    term.write(key)
+    read_until(term, key, timeout)
+    return time.perf_counter() - t0
+
+
 def measure(peer, samples: int, rng: random.Random, flood_path: str | None = None,
             scale: dict | None = None) -> list[float]:
     """Echo samples; with ``scale`` (a dict), under the scale load, whose server CPU share
@@ -150,11 +159,7 @@ def measure(peer, samples: int, rng: random.Random, flood_path: str | None = Non
             c0, w0 = cpu_seconds(servers), time.monotonic()
         out = []
         for i in range(samples):
-            key = bytes([ord("a") + i % 26])
-            t0 = time.perf_counter()
-            term.write(key)
-            read_until(term, key, 5.0)
-            out.append(time.perf_counter() - t0)
+            out.append(echo_once(term, i))
             time.sleep(rng.uniform(*GAP))
             _drop_pending(term, 0)
         if scale is not None:

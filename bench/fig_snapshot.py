@@ -38,7 +38,7 @@ import time
 import clowder
 import fig_echo
 import fig_repaint
-from common import ECHO_ARGV, log, median, percentile, read_until, wait_for
+from common import ECHO_ARGV, log, median, percentile, wait_for
 from common import run as sh
 from peers import TmuxPeer, unique
 
@@ -269,11 +269,7 @@ def beside_big(kind: str, samples: int, rng: random.Random, timeout: float) -> d
                 lat = []
                 try:
                     for i in range(samples):
-                        key = bytes([ord("a") + i % 26])
-                        t0 = time.perf_counter()
-                        term.write(key)
-                        read_until(term, key, 10.0)
-                        lat.append(time.perf_counter() - t0)
+                        lat.append(fig_echo.echo_once(term, i, 10.0))
                         time.sleep(rng.uniform(*fig_echo.GAP))
                         fig_echo._drop_pending(term, 0)
                 finally:
