@@ -264,13 +264,50 @@ RECIPES = {
     "printf-legacy": dict(cols=80, rows=24, cmd=_printf_cmd(_LEGACY_PIECES), steps=[],
                           answer=False),
     "wide": dict(cols=80, rows=24, cmd=_printf_cmd(_WIDE_PIECES), steps=[], answer=False),
+    # htop: colours, mouse tracking, the alternate screen, a meter header redrawn in place;
+    # tree view, sort by CPU, the help screen, back, quit.
+    # Only its own processes are listed (-p), not the recording machine's.
+    "htop": dict(cols=100, rows=30,
+                 cmd=["bash", "-c", "sleep 30 & exec htop -d 5 -p $!,$$"],
+                 steps=[(1.5, b"t"), (1.0, b"P"), (1.0, b"\x1bOP"), (1.0, b"q"),
+                        (0.8, b"q")]),
+    # A prompt_toolkit app (as ipython's, ptpython's and many agents' prompts): cursor
+    # position reports, a completion menu drawn under the line and erased, a bottom
+    # toolbar, a right prompt.  "python3" is the recorder's own interpreter (make_corpus),
+    # which needs prompt_toolkit.
+    "prompt_toolkit": dict(cols=80, rows=24, cmd=["python3", "ptk_demo.py"],
+                           steps=[(1.5, b"he"), (0.5, b"\t"), (0.3, b"\t"), (0.3, b" world"),
+                                  (0.3, b"\r"), (0.5, b"wi"), (0.5, b"\t"), (0.3, b"\r"),
+                                  (0.5, b"\x04")]),
 }
+
+_PTK_DEMO = '''"""A prompt_toolkit prompt to record (tools/record.py)."""
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import WordCompleter
+from prompt_toolkit.formatted_text import HTML
+from prompt_toolkit.styles import Style
+
+words = WordCompleter(["hello", "help", "helium", "history", "world", "width", "widget"])
+style = Style.from_dict({"bottom-toolbar": "#ffffff bg:#333333",
+                         "rprompt": "fg:#00aa00 italic", "prompt": "bold ansicyan"})
+session = PromptSession(completer=words, style=style, complete_while_typing=True)
+toolbar = HTML("<b>F1</b> help  <u>tab</u> complete  <style bg='ansired'>ctrl-d</style> quit")
+while True:
+    try:
+        text = session.prompt([("class:prompt", "ptk> ")], bottom_toolbar=toolbar,
+                              rprompt="[right]")
+    except EOFError:
+        break
+    print(f"you said: {text!r}")
+'''
 
 
 def prepare(workdir: str) -> None:
     """The files recorded programs open."""
     with open(os.path.join(workdir, "demo.py"), "w") as f:
         f.write(_DEMO_PY)
+    with open(os.path.join(workdir, "ptk_demo.py"), "w") as f:
+        f.write(_PTK_DEMO)
     with open(os.path.join(workdir, "lines.txt"), "w") as f:
         for i in range(1, 301):
             colour = 31 + i % 6
@@ -296,7 +333,9 @@ def make_corpus(names: list) -> None:
             home = os.path.join(workdir, "home")
             os.makedirs(home)
             prepare(workdir)
-            data = record(recipe["cmd"], recipe["cols"], recipe["rows"], recipe["steps"],
+            cmd = [sys.executable if recipe["cmd"][0] == "python3" else recipe["cmd"][0],
+                   *recipe["cmd"][1:]]
+            data = record(cmd, recipe["cols"], recipe["rows"], recipe["steps"],
                           cwd=workdir, env=environment(home),
                           answer_queries=recipe.get("answer", True))
         finally:
