@@ -49,9 +49,10 @@ SCAN_CELLS = 500  # cells of rows without text read one by one for a repaint (~5
 WORK_PER_SECOND = 4_000_000
 # A repaint starts from a known state, as screen_render's does: a synchronized update,
 # cursor hidden, primary screen, no pen, no charsets, no insert, origin or margins,
-# and the screen cleared (the formatter paints from the top, skipping blank cells).
+# the keypad numeric (ESC >: the repaint sets ESC = again if the model has it), and the
+# screen cleared (the formatter paints from the top, skipping blank cells).
 _PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r" \
-           b"\x1b[H\x1b[2J"
+           b"\x1b>\x1b[H\x1b[2J"
 _EPILOGUE = b"\x1b[?2026l"
 _ERASE = b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
 _SHAPE = re.compile(rb"\x1b\[(\d{0,3}) q|\x1b(c)")  # DECSCUSR, or RIS (which resets it)
@@ -60,6 +61,23 @@ _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_TITLE = 4096  # characters of a title a repaint sends (as screen.py keeps)
 _CHARSETS = re.compile(rb"(?:\x1b[()*+].|[\x0e\x0f])*\Z")  # the formatter's last words
 _MARGINS = re.compile(rb"\x1b\[(\d+);(\d+)r")
+# ghostty keeps the 16 basic colours as palette indices, and its formatter writes them
+# as 38;5;N / 48;5;N; tmux, xterm and others keep SGR 34 apart from 38;5;4 (bold makes
+# only the first bright in many), so a repaint in those forms changed how cells looked
+# (test_repaint_tmux.py's split points).  Programs set them with 30-37, 90-97, 40-47 and
+# 100-107 far more than with 38;5;N, so they go back to those.
+_PALETTE16 = re.compile(rb"(?<=[\[;])([34])8;5;(1[0-5]|[0-9])(?=[;m])")
+
+
+def _basic_colours(vt: bytes) -> bytes:
+    """``vt`` with the 16 basic colours in their own SGR forms (30-37, 90-97, 40-47,
+    100-107) instead of 38;5;N and 48;5;N."""
+    def short(m: re.Match) -> bytes:
+        n = int(m.group(2))
+        if m.group(1) == b"3":
+            return b"%d" % (30 + n if n < 8 else 82 + n)
+        return b"%d" % (40 + n if n < 8 else 92 + n)
+    return _PALETTE16.sub(short, vt) if b";5;" in vt else vt
 # Back to the primary screen in a copy, to paint it: by 1049 if it was entered so (the
 # cursor is then the one 1049 saved, where the client's own 1049 must save it), else
 # by 47, which only switches.
@@ -194,6 +212,10 @@ class GhosttyScreen:
         out.append(b"\x1b[%d q" % self.cursor_shape)
         if self.get("cursor_visible", "bool"):
             out.append(b"\x1b[?25h")
+        if self._term.mode(66):
+            # The formatter sets keypad application mode as DECNKM (?66h), which tmux
+            # and others do not know; DECKPAM is what programs send and all know.
+            out.append(b"\x1b=")
         if not self._term.mode(2026):  # in a program's own synchronized update, it ends it
             out.append(_EPILOGUE)
         return b"".join(out)
@@ -448,8 +470,9 @@ class GhosttyScreen:
         _check(lib.ghostty_formatter_terminal_new(ffi.NULL, fmt, self._t, opts[0]),
                "making a formatter")
         try:
-            return _read(lambda b, n, out: lib.ghostty_formatter_format_buf(fmt[0], b, n, out),
-                         "formatting the screen")
+            out = _read(lambda b, n, out: lib.ghostty_formatter_format_buf(fmt[0], b, n, out),
+                        "formatting the screen")
+            return _basic_colours(out) if emit == lib.GHOSTTY_FORMATTER_FORMAT_VT else out
         finally:
             lib.ghostty_formatter_free(fmt[0])
 
@@ -480,7 +503,7 @@ class GhosttyScreen:
             for x, end, colour in screen_cells.runs(self._cols, lambda x: cells.colour(x, y)):
                 if colour is not None:
                     out.append(_ERASE % (y + 1, x + 1, colour, end - x))
-        return b"".join(out) + (b"\x1b[0m" if out else b"")
+        return _basic_colours(b"".join(out)) + (b"\x1b[0m" if out else b"")
 
     def links(self) -> list:
         """(row, first column, last column, URI) of each run of cells in one OSC 8

@@ -228,7 +228,8 @@ def test_random_streams_attach_anywhere(request, engine, seed):
 
 def test_corpus_is_small_and_covers_the_issue():
     """The recordings the acceptance names are there, each under 200 KB."""
-    for name in ("vim", "less", "top", "shell", "man", "printf-alt", "wide"):
+    for name in ("vim", "less", "top", "htop", "prompt_toolkit", "shell", "man",
+                 "printf-alt", "wide"):
         assert name in RECORDINGS
     for name in RECORDINGS:
         assert len(recording(name)[0]) < 200 * 1024
@@ -585,12 +586,32 @@ def test_ghostty_snapshot_formats():
     screen = fed("\x1b[1;31mred\x1b[0m <&> 中".encode(), engine="ghostty")
     assert screen.snapshot("text").split("\n")[0] == "red <&> 中"
     ansi = screen.snapshot("ansi")
-    assert "\x1b[1m\x1b[38;5;1mred\x1b[0m" in ansi and ansi.count("\n") == screen.rows
+    assert "\x1b[1m\x1b[31mred\x1b[0m" in ansi and ansi.count("\n") == screen.rows
     html = screen.snapshot("html")
     assert "&lt;&amp;&gt;" in html and "font-weight: bold" in html
     assert "var(--vt-palette-1)" in html and "--vt-palette-1:" in html
     with pytest.raises(ValueError):
         screen.snapshot("pdf")
+
+
+@pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not installed")
+def test_ghostty_repaint_writes_the_basic_colours_and_keypad_as_programs_do():
+    """ghostty keeps the 16 basic colours as palette indices; its repaint writes them as
+    SGR 30-37, 90-97, 40-47, 100-107 (bold brightens only those in many terminals), the
+    other 240 as 38;5;N; and the keypad's application mode as DECKPAM, which tmux knows
+    (it does not know ?66).  test_repaint_tmux.py checks the same in tmux."""
+    screen = fed(b"\x1b=\x1b[1;34mA\x1b[0;44mB\x1b[92;103mC\x1b[38;5;16;48;5;255mD"
+                 b"\x1b[0m\r\n\x1b[45m\x1b[K", engine="ghostty")
+    paint = screen.repaint()
+    for form in (b"\x1b[34mA", b"\x1b[44mB", b"\x1b[92m", b"\x1b[103mC", b"\x1b[38;5;16m",
+                 b"\x1b[48;5;255mD", b"\x1b[0;45m"):
+        assert form in paint, (form, paint)
+    assert b";5;4m" not in paint and b";5;11m" not in paint and b";5;5m" not in paint
+    assert paint.index(b"\x1b>") < paint.index(b"A") < paint.rindex(b"\x1b=")
+    copy = fed(paint + screen.pending, screen.cols, screen.rows, engine="ghostty")
+    assert_same(copy.state(), screen.state(), "ghostty round trip")
+    plain = fed(b"x", engine="ghostty").repaint()
+    assert b"\x1b>" in plain and b"\x1b=" not in plain
 
 
 # Repaint faults of issue 13, seen from a real terminal (tmux 3.3a) on reattach.
