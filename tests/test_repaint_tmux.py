@@ -9,11 +9,13 @@ checks of the same faults are in tests/test_screen.py.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
 import pytest
 
+import test_screen
 from conftest import wait_for
 from ptyhostd.screen import Screen
 
@@ -104,3 +106,178 @@ def test_grapheme_clusters_lay_out_as_the_bytes_did_in_tmux(tmux):
             "E\u2764\ufe0fF\r\n"  # VS16
             "G\U0001f468\u200d\U0001f469\u200d\U0001f467H end").encode()
     live_and_repainted(tmux, data, 20, 5, "end")
+
+
+# --- every recording, attached at split points, in tmux (issue 13, acceptance 3) ----------
+
+# What tmux says of a pane besides its cells: the cursor, the screen in use and the modes
+# a program sets (tmux's own names for them).
+PANE_STATE = ",".join("#{%s}" % v for v in (
+    "cursor_x", "cursor_y", "alternate_on", "cursor_flag", "keypad_cursor_flag",
+    "keypad_flag", "insert_flag", "origin_flag", "wrap_flag", "mouse_any_flag",
+    "mouse_button_flag", "mouse_standard_flag", "mouse_sgr_flag", "mouse_utf8_flag",
+    "scroll_region_upper", "scroll_region_lower"))
+# Split points of test_screen.split_point: plain, inside a sequence, inside a character.
+TMUX_SPLITS = (0, 7, 14, 22)
+# Where tmux, shown a program's bytes, ends in another state than the model does (so a
+# repaint from the model cannot match it), and why.  Strict: each fails every run, and
+# one that passes (a cause gone) fails the suite until its entry goes.
+_LEGACY = ("tmux makes a new alternate screen each time ?47 enters it (as ?1047), where "
+           "xterm, ghostty and pyte show again what ?47 left there; the stream's box, "
+           "drawn there, lands elsewhere")
+_HALF = ("a wide character whose right half was overwritten: tmux keeps its left half "
+         "(row 9: '中x'), ghostty and pyte, as xterm, blank it (' x')")
+_NFC = ("pyte composes a letter and its combining mark into one character (e + U+0301 "
+        "-> U+00E9); the program's bytes kept them apart")
+KNOWN_TMUX = {
+    ("ghostty", "top", 22): (
+        "top writes its header's 100 reverse cells, then EL with the cursor at the right "
+        "margin (wrap pending): ghostty, as xterm, erases the last cell, tmux (its cursor "
+        "past the margin) does not; the header is not redrawn after this split"),
+    ("ghostty", "wide", 22): _HALF,
+    ("pyte", "wide", 7): _NFC,
+    ("pyte", "wide", 14): _NFC,
+    ("pyte", "wide", 22): _NFC + "; and " + _HALF,
+    ("ghostty", "printf-alt", 22): (
+        "the 3 blanks ICH inserts into a row erased blue, with a default pen: ghostty "
+        "gives them the row's blue, tmux the pen's default background"),
+    ("ghostty", "printf-legacy", 7): _LEGACY,
+    ("ghostty", "printf-legacy", 14): _LEGACY,
+    ("ghostty", "printf-legacy", 22): _LEGACY,
+    ("pyte", "printf-legacy", 14): _LEGACY,
+    ("pyte", "printf-legacy", 22): _LEGACY,
+}
+
+
+def _pane(tmux, name: str, data: bytes, cols: int, rows: int) -> None:
+    """A pane shown ``data``; -echo, so tmux's answers to the program's queries (which
+    the recording holds, and tmux answers as input) are not drawn on it."""
+    path = tmux.tmp / f"{name}.bin"
+    path.write_bytes(data)
+    done = tmux.tmp / f"{name}.done"
+    tmux.run("new-session", "-d", "-s", name, "-x", str(cols), "-y", str(rows),
+             f"stty -echo; cat {path}; touch {done}; exec sleep 600")
+
+
+# A pane is compared as what it shows: each cell's character and the attributes in force
+# there, parsed from capture-pane -e (whose SGR between cells depends on cells it leaves
+# out).  Two forms that look the same are one: ghostty keeps SGR 34 and 38;5;4 as one
+# palette index (the repaint writes the first, the form programs use most: screen_ghostty
+# _basic_colours); and blanks at a row's end that show only a background are left out in
+# both (cells erased with that colour, which capture-pane omits, are painted as blanks
+# of that colour by a repaint).  Blanks that show more (reverse video, an underline, a
+# strike: top's header) are kept.
+_TOKEN = re.compile(r"\x1b\[([0-9;:]*)m|(.)", re.S)
+_FLAGS = {"1": "bold", "2": "dim", "3": "italic", "4": "underline", "5": "blink",
+          "7": "reverse", "8": "hidden", "9": "strike", "53": "overline"}
+_OFF = {"22": ("bold", "dim"), "23": ("italic",), "24": ("underline",), "25": ("blink",),
+        "27": ("reverse",), "28": ("hidden",), "29": ("strike",), "55": ("overline",)}
+_SHOWS = {"reverse", "underline", "strike", "overline"}
+# capture-pane writes line drawing as SO, the DEC special graphics letters, SI; a repaint
+# may draw the same with Unicode's box characters (pyte's does).
+_DEC = dict(zip("`abcdefghijklmnopqrstuvwxyz{|}~",
+                "◆▒␉␌␍␊°±␤␋┘┐┌└┼⎺⎻─⎼⎽├┤┴┬│≤≥π≠£·"))
+
+
+def _colour(params: list, i: int) -> tuple:
+    """(colour, next index) of an extended colour at params[i] (after 38/48/58)."""
+    if i < len(params) and params[i] == "5" and i + 1 < len(params):
+        return ("p", int(params[i + 1] or 0)), i + 2
+    if i < len(params) and params[i] == "2" and i + 3 < len(params):
+        return ("rgb",) + tuple(params[i + 1:i + 4]), i + 4
+    return None, len(params)
+
+
+def _sgr(pen: dict, text: str) -> None:
+    params = text.split(";") if text else ["0"]
+    i = 0
+    while i < len(params):
+        p = params[i]
+        head = p.split(":")[0]
+        i += 1
+        if head in ("", "0"):
+            pen.clear()
+        elif head == "4" and ":" in p:
+            if p.endswith(":0"):
+                pen.pop("underline", None)
+            else:
+                pen["underline"] = p.split(":")[1]
+        elif head in _FLAGS:
+            pen[_FLAGS[head]] = True
+        elif head in _OFF:
+            for k in _OFF[head]:
+                pen.pop(k, None)
+        elif head in ("38", "48", "58"):
+            pen[head], i = _colour(params, i)
+        elif head in ("39", "49", "59"):
+            pen.pop(str(int(head) - 1), None)
+        elif head.isdigit():
+            n = int(head)
+            for low, key, base in ((30, "38", 0), (90, "38", 8), (40, "48", 0), (100, "48", 8)):
+                if low <= n < low + 8:
+                    pen[key] = ("p", base + n - low)
+
+
+def _cells(capture: str) -> list:
+    """The pane's rows as lists of (character, attributes), the blanks at each row's end
+    that show only a background left out."""
+    pen: dict = {}
+    rows = []
+    for line in capture.split("\n"):
+        row = []
+        acs = False  # between SO and SI: the line-drawing set
+        for m in _TOKEN.finditer(line):
+            ch = m.group(2)
+            if ch is None:
+                _sgr(pen, m.group(1))
+            elif ch in "\x0e\x0f":
+                acs = ch == "\x0e"
+            else:
+                row.append((_DEC.get(ch, ch) if acs else ch, tuple(sorted(pen.items()))))
+        while row and row[-1][0] == " " and not _SHOWS & dict(row[-1][1]).keys():
+            row.pop()
+        rows.append(row)
+    return rows
+
+
+def _seen(tmux, name: str) -> tuple:
+    return (_cells(tmux.run("capture-pane", "-p", "-e", "-N", "-t", name)),
+            tmux.run("display-message", "-p", "-t", name, PANE_STATE).strip())
+
+
+def _shown(row: list) -> str:
+    out, last = [], None
+    for ch, attrs in row:
+        if attrs != last:
+            out.append("{%s}" % ",".join(f"{k}={v}" for k, v in attrs))
+            last = attrs
+        out.append(ch)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("split", TMUX_SPLITS)
+@pytest.mark.parametrize("name", test_screen.RECORDINGS)
+@test_screen.engines
+def test_attach_at_a_split_point_in_tmux(request, tmux, engine, name, split):
+    """A real terminal (tmux) shown a model's repaint at byte k, then the rest, ends with
+    the cells, attributes, cursor and modes of one shown every byte of the program."""
+    if (engine, name, split) in KNOWN_TMUX:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_TMUX[engine, name, split],
+                                              strict=True))
+    data, cols, rows = test_screen.recording(name)
+    k = test_screen.split_point(data, split)
+    model = test_screen.ENGINES[engine](cols, rows)
+    test_screen.feed_in_chunks(model, data[:k], seed=split)
+    _pane(tmux, "live", data, cols, rows)
+    _pane(tmux, "attached", model.repaint() + model.pending + data[k:], cols, rows)
+    wait_for(lambda: all((tmux.tmp / f"{n}.done").exists() for n in ("live", "attached")),
+             15, "both panes' cat to finish")
+    try:
+        wait_for(lambda: _seen(tmux, "live") == _seen(tmux, "attached"), 5,
+                 f"{name} attached at {k} of {len(data)} to show what the bytes did")
+    except BaseException:
+        (live, live_state), (att, att_state) = _seen(tmux, "live"), _seen(tmux, "attached")
+        diff = [f"row {i}:\n  live     {_shown(a)}\n  attached {_shown(b)}"
+                for i, (a, b) in enumerate(zip(live, att)) if a != b]
+        pytest.fail(f"{engine}, {name} attached at {k}: in tmux\n  state live     "
+                    f"{live_state}\n  state attached {att_state}\n" + "\n".join(diff[:8]))
