@@ -78,6 +78,10 @@ def _basic_colours(vt: bytes) -> bytes:
             return b"%d" % (30 + n if n < 8 else 82 + n)
         return b"%d" % (40 + n if n < 8 else 92 + n)
     return _PALETTE16.sub(short, vt) if b";5;" in vt else vt
+# EL to the right (feed: left out while a wrap is pending), and the ends of one cut at
+# a write's end after the parser's continuation.
+_EL = re.compile(rb"\x1b\[0?K")
+_EL_TAILS = {b"\x1b": (b"[K", b"[0K"), b"\x1b[": (b"K", b"0K"), b"\x1b[0": (b"K",)}
 # Back to the primary screen in a copy, to paint it: by 1049 if it was entered so (the
 # cursor is then the one 1049 saved, where the client's own 1049 must save it), else
 # by 47, which only switches.
@@ -150,11 +154,34 @@ class GhosttyScreen:
         """Take output from the session's pty."""
         if data:
             start = time.perf_counter()
-            lib.ghostty_terminal_vt_write(self._t, data, len(data))
+            rest = self._past_wrapped_erases(data) if b"K" in data else data
+            lib.ghostty_terminal_vt_write(self._t, rest, len(rest))
             if b" q" in data or b"\x1bc" in data or self._shape_tail \
                     or b"\x1b" in data[-16:]:
                 self._follow_shape(data)
             self.work += int((time.perf_counter() - start) * WORK_PER_SECOND)
+
+    def _past_wrapped_erases(self, data: bytes) -> bytes:
+        """Write ``data`` up to its last EL (erase to the right), leaving out each EL
+        that comes with a wrap pending; the rest, to write.  tmux's cursor is then past
+        the right margin, so its EL erases nothing; ghostty's (as xterm's) is on the last
+        cell, which it erased: top's reverse header, written to the last column and then
+        EL, was one cell short when repainted into tmux (test_repaint_tmux.py).  pyte's
+        grid does the same (grid.py), so both engines keep the cell."""
+        write = lib.ghostty_terminal_vt_write
+        if data[:1] in b"[0K":  # maybe the end of an EL cut at the last write
+            pending = self.pending
+            for tail in _EL_TAILS.get(pending, ()):
+                if data.startswith(tail):
+                    if self.get("cursor_pending_wrap", "bool"):
+                        write(self._t, b"\x18", 1)  # CAN: the parser drops the sequence
+                        data = data[len(tail):]
+                    break
+        pos = 0
+        for m in _EL.finditer(data):
+            write(self._t, data[pos:m.start()], m.start() - pos)
+            pos = m.end() if self.get("cursor_pending_wrap", "bool") else m.start()
+        return data[pos:]
 
     def _follow_shape(self, data: bytes) -> None:
         """Keep the cursor's shape (DECSCUSR), which ghostty's C API does not give back

@@ -130,10 +130,6 @@ _HALF = ("a wide character whose right half was overwritten: tmux keeps its left
 _NFC = ("pyte composes a letter and its combining mark into one character (e + U+0301 "
         "-> U+00E9); the program's bytes kept them apart")
 KNOWN_TMUX = {
-    ("ghostty", "top", 22): (
-        "top writes its header's 100 reverse cells, then EL with the cursor at the right "
-        "margin (wrap pending): ghostty, as xterm, erases the last cell, tmux (its cursor "
-        "past the margin) does not; the header is not redrawn after this split"),
     ("ghostty", "wide", 22): _HALF,
     ("pyte", "wide", 7): _NFC,
     ("pyte", "wide", 14): _NFC,

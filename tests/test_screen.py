@@ -616,6 +616,31 @@ def test_ghostty_repaint_writes_the_basic_colours_and_keypad_as_programs_do():
 
 # Repaint faults of issue 13, seen from a real terminal (tmux 3.3a) on reattach.
 
+@pytest.mark.skipif(GhosttyScreen is None, reason="pyghostty not installed")
+@pytest.mark.parametrize("cut", [None, 1, 2, 3])
+def test_ghostty_keeps_the_last_column_under_el_with_a_wrap_pending(cut):
+    """As test_reverse_header_keeps_its_last_column, on ghostty, whose parser (as xterm)
+    erases the last cell: the adapter leaves such an EL out, also when the EL is cut
+    across two writes (``cut`` bytes of it in the first)."""
+    head = b"\x1b[7m" + b"x" * 20 + b"\x1b(B\x1b[m"
+    for el in (b"\x1b[K", b"\x1b[0K"):
+        screen = GhosttyScreen(20, 3)
+        if cut is None or cut >= len(el):
+            screen.feed(head + el + b"\r\nnext")
+        else:
+            screen.feed(head + el[:cut])
+            screen.feed(el[cut:] + b"\r\nnext")
+        assert screen.snapshot("ansi").startswith("\x1b[0m\x1b[7m" + "x" * 20), el
+        assert screen.snapshot("text").split("\n")[:2] == ["x" * 20, "next"]
+    # Out of a pending wrap, and EL 1 and 2 in one, erase as before.
+    screen = GhosttyScreen(20, 3)
+    screen.feed(b"x" * 20 + b"\x1b[1;19H\x1b[K\x1b[2;1Hyyyy\x1b[2K")
+    assert screen.snapshot("text").split("\n")[:2] == ["x" * 18, ""]
+    screen = GhosttyScreen(20, 3)
+    screen.feed(b"x" * 20 + b"\x1b[1K")
+    assert screen.snapshot("text").split("\n")[0] == ""
+
+
 def test_reverse_header_keeps_its_last_column():
     """top writes its reverse-video header to the last column, then SGR 0 and EL with
     the wrap pending: tmux keeps the last cell reverse, so the model must too, or a
