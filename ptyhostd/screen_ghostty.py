@@ -80,7 +80,9 @@ def _basic_colours(vt: bytes) -> bytes:
     return _PALETTE16.sub(short, vt) if b";5;" in vt else vt
 # EL to the right (feed: left out while a wrap is pending), and the ends of one cut at
 # a write's end after the parser's continuation.
-_EL = re.compile(rb"\x1b\[0?K")
+_EL = re.compile(rb"\x1b\[0?K")  # (a group with + would cost re its fast search: 40 MB/s)
+_MORE_EL = re.compile(rb"(?:\x1b\[0?K)*")
+_WRAP_PENDING = lib.GHOSTTY_TERMINAL_DATA_CURSOR_PENDING_WRAP
 _EL_TAILS = {b"\x1b": (b"[K", b"[0K"), b"\x1b[": (b"K", b"0K"), b"\x1b[0": (b"K",)}
 # Back to the primary screen in a copy, to paint it: by 1049 if it was entered so (the
 # cursor is then the one 1049 saved, where the client's own 1049 must save it), else
@@ -131,6 +133,7 @@ class GhosttyScreen:
         self._compressed_at = 0
         self.errors = 0  # kept for the seam: ghostty skips what it cannot parse itself
         self.work = 0  # time spent feeding, in screenwork's budget units
+        self._flag = ffi.new("bool*")  # _wrap_pending's answer
 
     # The seam.
 
@@ -168,20 +171,30 @@ class GhosttyScreen:
         cell, which it erased: top's reverse header, written to the last column and then
         EL, was one cell short when repainted into tmux (test_repaint_tmux.py).  pyte's
         grid does the same (grid.py), so both engines keep the cell."""
-        write = lib.ghostty_terminal_vt_write
+        write, t = lib.ghostty_terminal_vt_write, self._t
         if data[:1] in b"[0K":  # maybe the end of an EL cut at the last write
             pending = self.pending
             for tail in _EL_TAILS.get(pending, ()):
                 if data.startswith(tail):
-                    if self.get("cursor_pending_wrap", "bool"):
-                        write(self._t, b"\x18", 1)  # CAN: the parser drops the sequence
+                    if self._wrap_pending():
+                        write(t, b"\x18", 1)  # CAN: the parser drops the sequence
                         data = data[len(tail):]
                     break
         pos = 0
-        for m in _EL.finditer(data):
-            write(self._t, data[pos:m.start()], m.start() - pos)
-            pos = m.end() if self.get("cursor_pending_wrap", "bool") else m.start()
+        m = _EL.search(data)
+        while m:
+            start = m.start()
+            end = _MORE_EL.match(data, m.end()).end()  # a run: all see the same cursor
+            write(t, data[pos:start], start - pos)
+            pos = end if self._wrap_pending() else start
+            m = _EL.search(data, end)
         return data[pos:]
+
+    def _wrap_pending(self) -> bool:
+        """Whether the cursor waits at the right margin to wrap (~0.3 us: one buffer,
+        kept, where ``get`` makes one a call; an EL in every few bytes asks this)."""
+        lib.ghostty_terminal_get(self._t, _WRAP_PENDING, self._flag)
+        return bool(self._flag[0])
 
     def _follow_shape(self, data: bytes) -> None:
         """Keep the cursor's shape (DECSCUSR), which ghostty's C API does not give back

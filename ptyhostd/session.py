@@ -106,6 +106,9 @@ _CHEAP = re.compile(rb"\x1b\[[0-9;:]{0,32}[mKHfABCDGd]|\x1b\[\?(?:25|2026)[hl]")
 # 4 KiB clear a million cells on the loop.  Reads whose "K"s (counted as erases, text's
 # own too) could clear more than this many cells go to the pool.
 INLINE_CELLS = 32 * 1024
+# And each EL to the right costs ghostty's adapter a look at the cursor (~2 us: its
+# wrap, GhosttyScreen._past_wrapped_erases): reads with more go to the pool.
+INLINE_ERASES = 32
 
 
 def cheap_output(data: bytes, cols: int) -> bool:
@@ -114,6 +117,7 @@ def cheap_output(data: bytes, cols: int) -> bool:
     if not data.translate(None, _PLAIN):
         return True
     return data.count(b"K") * cols <= INLINE_CELLS \
+        and data.count(b"\x1b[K") + data.count(b"\x1b[0K") <= INLINE_ERASES \
         and not _CHEAP.sub(b"", data).translate(None, _PLAIN)
 
 

@@ -49,6 +49,10 @@ BOMBS = {
     "combining": b"e" + "\u0301".encode() * 20000,
     "wide-last-column": b"\x1b[500G\xe4\xb8\x80",
     "digits": b"\x1b[" + b"9" * 50000 + b"C!",
+    # Each EL a look at ghostty's cursor (screen_ghostty._past_wrapped_erases), and ELs
+    # with the wrap pending, which the adapter leaves out.
+    "erase-right": b"x\x1b[K",
+    "erase-at-margin": b"\x1b[500Gx\x1b[0K",
 }
 # Bombs that are one long piece rather than a repeated unit: (head, byte, count, tail).
 LONG = {

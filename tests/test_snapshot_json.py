@@ -208,6 +208,9 @@ def test_only_output_whose_cost_is_its_length_is_fed_on_the_loop():
         assert cheap_output(data, 500), data
     assert cheap_output(b"x\x1b[2K" * 60, 500)  # a screenful of erased rows
     assert not cheap_output(b"\x1b[2K" * 100, 500), "50,000 cells cleared by 400 bytes"
+    assert cheap_output(b"x\x1b[K" * 32, 1000)
+    assert not cheap_output(b"x\x1b[K" * 33, 1000), "each EL a look at ghostty's cursor"
+    assert not cheap_output(b"x\x1b[0K" * 20 + b"\x1b[K" * 13, 1000)
     for data in (b"\x1b[9999b", b"\x1b#8", b"\x1b[2J", b"\x1b[?1049h", b"\x1b[?3h",
                  b"\x1b[99999L", b"\x1b[500S", b"text\x1b[", b"\x1b[31", b"\x1b", b"a\x07",
                  b"\x1b]0;title\x07", b"\x1b[" + b"1;" * 40 + b"m", b"\x1b\x1b[0m"):
