@@ -54,7 +54,7 @@ WORK_PER_SECOND = 4_000_000
 _PRELUDE = b"\x1b[?2026h\x1b[?25l\x1b[?1049l\x1b[0m\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r" \
            b"\x1b>\x1b[H\x1b[2J"
 _EPILOGUE = b"\x1b[?2026l"
-_ERASE = b"\x1b[%d;%dH\x1b[0;48;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
+_ERASE = b"\x1b[%d;%dH\x1b[0;%sm\x1b[%dX"  # row, column, colour, cells: colour-only cells
 _SHAPE = re.compile(rb"\x1b\[(\d{0,3}) q|\x1b(c)")  # DECSCUSR, or RIS (which resets it)
 _SGR = re.compile("\x1b\\[[0-9;:]*m")
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -66,24 +66,38 @@ _MARGINS = re.compile(rb"\x1b\[(\d+);(\d+)r")
 # only the first bright in many), so a repaint in those forms changed how cells looked
 # (test_repaint_tmux.py's split points).  Programs set them with 30-37, 90-97, 40-47 and
 # 100-107 far more than with 38;5;N, so they go back to those.
-_PALETTE16 = re.compile(rb"(?<=[\[;])([34])8;5;(1[0-5]|[0-9])(?=[;m])")
+# The formatter writes each colour as an SGR of its own; a literal head keeps re's fast
+# search (a look-behind instead made it scan at 27 MB/s).
+_PALETTE16 = re.compile(rb"\x1b\[([34])8;5;(1[0-5]|[0-9])m")
+
+
+def _basic(kind: bytes, n: int) -> bytes:
+    """SGR 30-37 / 90-97 (``kind`` b"3"), 40-47 / 100-107 (b"4") for colour ``n`` < 16."""
+    base = 30 if kind == b"3" else 40
+    return b"%d" % (base + n if n < 8 else base + 52 + n)
 
 
 def _basic_colours(vt: bytes) -> bytes:
     """``vt`` with the 16 basic colours in their own SGR forms (30-37, 90-97, 40-47,
     100-107) instead of 38;5;N and 48;5;N."""
-    def short(m: re.Match) -> bytes:
-        n = int(m.group(2))
-        if m.group(1) == b"3":
-            return b"%d" % (30 + n if n < 8 else 82 + n)
-        return b"%d" % (40 + n if n < 8 else 92 + n)
-    return _PALETTE16.sub(short, vt) if b";5;" in vt else vt
+    if b";5;" not in vt:
+        return vt
+    # ~1 us a colour in re's callback: a dense 1 MB history ~20 ms, in the screen pool,
+    # where the callback's Python lets the loop have the GIL every switch interval.
+    return _PALETTE16.sub(lambda m: _SHORT[m.group(0)], vt)
+
+
+_SHORT = {b"\x1b[%s8;5;%dm" % (k, n): b"\x1b[%sm" % _basic(k, n)
+          for k in (b"3", b"4") for n in range(16)}
+
+
 # EL to the right (feed: left out while a wrap is pending), and the ends of one cut at
 # a write's end after the parser's continuation.
 _EL = re.compile(rb"\x1b\[0?K")  # (a group with + would cost re its fast search: 40 MB/s)
 _MORE_EL = re.compile(rb"(?:\x1b\[0?K)*")
 _WRAP_PENDING = lib.GHOSTTY_TERMINAL_DATA_CURSOR_PENDING_WRAP
 _EL_TAILS = {b"\x1b": (b"[K", b"[0K"), b"\x1b[": (b"K", b"0K"), b"\x1b[0": (b"K",)}
+
 # Back to the primary screen in a copy, to paint it: by 1049 if it was entered so (the
 # cursor is then the one 1049 saved, where the client's own 1049 must save it), else
 # by 47, which only switches.
@@ -543,7 +557,7 @@ class GhosttyScreen:
             for x, end, colour in screen_cells.runs(self._cols, lambda x: cells.colour(x, y)):
                 if colour is not None:
                     out.append(_ERASE % (y + 1, x + 1, colour, end - x))
-        return _basic_colours(b"".join(out)) + (b"\x1b[0m" if out else b"")
+        return b"".join(out) + (b"\x1b[0m" if out else b"")
 
     def links(self) -> list:
         """(row, first column, last column, URI) of each run of cells in one OSC 8
@@ -669,17 +683,19 @@ class _Cells:
         return screen_cells.link_uri(self._t, x, y, self._pt, self._ref)
 
     def colour(self, x: int, y: int) -> Optional[bytes]:
-        """The SGR 48 tail of a colour-only cell (``5;N`` or ``2;R;G;B``), else None."""
+        """The SGR background of a colour-only cell (``4N``/``10N`` for the 16 basic
+        colours, ``48;5;N``, ``48;2;R;G;B``), else None."""
         if not self._at(x, y) or lib.ghostty_grid_ref_cell(self._ref, self._cell):
             return None
         cell = self._cell[0]
         lib.ghostty_cell_get(cell, lib.GHOSTTY_CELL_DATA_CONTENT_TAG, self._tag)
         if self._tag[0] == lib.GHOSTTY_CELL_CONTENT_BG_COLOR_PALETTE:
             lib.ghostty_cell_get(cell, lib.GHOSTTY_CELL_DATA_COLOR_PALETTE, self._index)
-            return b"5;%d" % self._index[0]
+            n = self._index[0]
+            return _basic(b"4", n) if n < 16 else b"48;5;%d" % n
         if self._tag[0] == lib.GHOSTTY_CELL_CONTENT_BG_COLOR_RGB:
             lib.ghostty_cell_get(cell, lib.GHOSTTY_CELL_DATA_COLOR_RGB, self._rgb)
-            return b"2;%d;%d;%d" % (self._rgb.r, self._rgb.g, self._rgb.b)
+            return b"48;2;%d;%d;%d" % (self._rgb.r, self._rgb.g, self._rgb.b)
         return None
 
 
