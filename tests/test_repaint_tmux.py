@@ -122,9 +122,10 @@ TMUX_SPLITS = (0, 7, 14, 22)
 # Where tmux, shown a program's bytes, ends in another state than the model does (so a
 # repaint from the model cannot match it), and why.  Strict: each fails every run, and
 # one that passes (a cause gone) fails the suite until its entry goes.
-_LEGACY = ("tmux makes a new alternate screen each time ?47 enters it (as ?1047), where "
-           "xterm, ghostty and pyte show again what ?47 left there; the stream's box, "
-           "drawn there, lands elsewhere")
+_LEGACY = ("tmux enters ?47 as ?1047, a new cleared alternate screen each time (input.c: "
+           "both call window_pane_alternate_on), and does not know ?1048, where xterm, "
+           "ghostty and pyte show again what ?47 left there and save the cursor; the "
+           "stream's box, drawn there, lands elsewhere")
 _HALF = ("a wide character whose right half was overwritten: tmux keeps its left half "
          "(row 9: '中x'), ghostty and pyte, as xterm, blank it (' x')")
 _NFC = ("pyte composes a letter and its combining mark into one character (e + U+0301 "
