@@ -9,7 +9,6 @@ replaces pyte's says on its first line what pyte got wrong.
 from __future__ import annotations
 
 import functools
-import unicodedata
 from typing import NamedTuple, Optional
 
 import pyte
@@ -234,7 +233,9 @@ class Grid(pyte.Screen):
             x -= 1
         cell = line[x]
         if len(cell.data) < 16:
-            line[x] = cell._replace(data=unicodedata.normalize("NFC", cell.data + char))
+            # As written, not NFC-composed: a repaint re-emits the cluster as the program
+            # wrote it (issue 13; tmux showed e + U+0301 apart from U+00E9).
+            line[x] = cell._replace(data=cell.data + char)
             self.last_char = line[x].data  # REP repeats the whole cell
 
     @staticmethod

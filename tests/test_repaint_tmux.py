@@ -128,13 +128,9 @@ _LEGACY = ("tmux enters ?47 as ?1047, a new cleared alternate screen each time (
            "stream's box, drawn there, lands elsewhere")
 _HALF = ("a wide character whose right half was overwritten: tmux keeps its left half "
          "(row 9: '中x'), ghostty and pyte, as xterm, blank it (' x')")
-_NFC = ("pyte composes a letter and its combining mark into one character (e + U+0301 "
-        "-> U+00E9); the program's bytes kept them apart")
 KNOWN_TMUX = {
     ("ghostty", "wide", 22): _HALF,
-    ("pyte", "wide", 7): _NFC,
-    ("pyte", "wide", 14): _NFC,
-    ("pyte", "wide", 22): _NFC + "; and " + _HALF,
+    ("pyte", "wide", 22): _HALF,
     ("ghostty", "printf-alt", 22): (
         "the 3 blanks ICH inserts into a row erased blue, with a default pen: ghostty "
         "gives them the row's blue, tmux the pen's default background"),
