@@ -144,12 +144,14 @@ KNOWN_TMUX = {
 
 def _pane(tmux, name: str, data: bytes, cols: int, rows: int) -> None:
     """A pane shown ``data``; -echo, so tmux's answers to the program's queries (which
-    the recording holds, and tmux answers as input) are not drawn on it."""
+    the recording holds, and tmux answers as input) are not drawn on it.  The pane then
+    stays open (tail of /dev/null: it reads no input and prints nothing) until the
+    test's tmux server is killed."""
     path = tmux.tmp / f"{name}.bin"
     path.write_bytes(data)
     done = tmux.tmp / f"{name}.done"
     tmux.run("new-session", "-d", "-s", name, "-x", str(cols), "-y", str(rows),
-             f"stty -echo; cat {path}; touch {done}; exec sleep 600")
+             f"stty -echo; cat {path}; touch {done}; exec tail -f /dev/null")
 
 
 # A pane is compared as what it shows: each cell's character and the attributes in force
