@@ -9,7 +9,7 @@ This package imports nothing of clowder's programs (tests/test_layering.py).
 
 from .frame import (
     PROTOCOL_VERSION, MAX_FRAME, MAX_DATA, HEADER, JSON_LEN, KINDS, ProtocolError,
-    Message, register, fields_of, encode, check_header, decode, read_message,
+    Message, register, fields_of, encode, check_header, decode, data_of, read_message,
     FrameReader,
 )
 from .handshake import (
@@ -42,7 +42,7 @@ from .vcs import (
 __all__ = [
     "PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
     "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
-    "decode", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
+    "decode", "data_of", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
     "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
     "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions", "Send",
     "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "Rename",

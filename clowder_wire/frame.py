@@ -17,17 +17,24 @@ would misread; adding an optional field or a new kind does not need a bump.
 
 Messages are plain classes (fields declared as annotations, defaults as class
 attributes), not dataclasses: generating ~60 dataclasses cost ~20 ms of every clowder
-program's start (docs/design.md, "the wire package").
+program's start (docs/design.md, "the wire package").  For the same reason the json
+module is imported when a JSON part is first decoded, not with this package: it imports
+re, ~8 ms of a start here, and attach's first paint needs no JSON decoded at all
+(ctl/firstpaint.py).  Flat objects, most requests, are encoded without it.
 """
 
 from __future__ import annotations
 
-import json
 import struct
+
+try:  # the C escaper json.dumps itself uses (ensure_ascii), without json's imports
+    from _json import encode_basestring_ascii as _quote
+except ImportError:  # an interpreter without the accelerator: json's own (it imports re)
+    from json.encoder import py_encode_basestring_ascii as _quote
 
 __all__ = ["PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
            "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
-           "decode", "read_message", "FrameReader"]
+           "decode", "data_of", "read_message", "FrameReader"]
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 1 << 20  # 1 MiB: the largest payload either side accepts
@@ -113,6 +120,39 @@ def fields_of(cls) -> list:
             for name, typ, optional, default in cls._FIELDS]
 
 
+def _dumps(obj: dict) -> bytes:
+    """``json.dumps(obj, separators=(",", ":")).encode()``, byte for byte: flat objects
+    (str, int, bool and None values) written here, anything else by json."""
+    parts = []
+    for key, value in obj.items():
+        kind = type(value)
+        if kind is str:
+            text = _quote(value)
+        elif value is None:
+            text = "null"
+        elif kind is bool:
+            text = "true" if value else "false"
+        elif kind is int:
+            text = int.__repr__(value)
+        else:  # a list, dict or float: json's own path (floats: inf, nan, repr rules)
+            import json
+            return json.dumps(obj, separators=(",", ":")).encode()
+        parts.append(_quote(key) + ":" + text)
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+def _loads(text: bytes):
+    """json.loads, importing json the first time a JSON part is decoded."""
+    global _json_loads
+    if _json_loads is None:
+        import json
+        _json_loads = json.loads
+    return _json_loads(text)
+
+
+_json_loads = None
+
+
 def encode(msg: Message) -> bytes:
     """One whole frame for ``msg``."""
     obj = {}
@@ -123,7 +163,7 @@ def encode(msg: Message) -> bytes:
             data = bytes(value)
         else:
             obj[name] = value
-    body = json.dumps(obj, separators=(",", ":")).encode() if obj else b""
+    body = _dumps(obj) if obj else b""
     length = JSON_LEN.size + len(body) + len(data)
     if length > MAX_FRAME:
         raise ProtocolError(f"{type(msg).__name__} frame of {length} bytes exceeds {MAX_FRAME}",
@@ -158,7 +198,7 @@ def decode(kind: int, payload: bytes) -> Message:
     obj = {}
     if jlen:
         try:
-            obj = json.loads(payload[JSON_LEN.size:JSON_LEN.size + jlen])
+            obj = _loads(payload[JSON_LEN.size:JSON_LEN.size + jlen])
         except RecursionError:
             # e.g. 200,000 nested brackets (they fit in a frame): the parser's limit, not
             # a daemon's failure, so the peer gets the Error frame like any bad JSON.
@@ -197,6 +237,15 @@ def decode(kind: int, payload: bytes) -> Message:
     return cls(**kwargs)
 
 
+def data_of(payload: bytes) -> bytes:
+    """The raw ``data`` of a frame's payload (what follows its JSON part), without
+    decoding the JSON: what attach's first paint writes (ctl/firstpaint.py)."""
+    (jlen,) = JSON_LEN.unpack_from(payload)
+    if jlen > len(payload) - JSON_LEN.size:
+        raise ProtocolError(f"JSON length {jlen} runs past the frame", "truncated")
+    return payload[JSON_LEN.size + jlen:]
+
+
 async def read_message(reader) -> Message:
     """The next message from an asyncio-style reader (``readexactly``); the header is
     checked before the body is read. Raises ProtocolError, or the reader's EOF error."""
@@ -216,6 +265,11 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[Message]:
         """Messages completed by ``data``; raises ProtocolError at the first bad frame."""
+        return [decode(kind, payload) for kind, payload in self.frames(data)]
+
+    def frames(self, data: bytes) -> list[tuple[int, bytes]]:
+        """(kind, payload) of each frame completed by ``data``, not decoded (see
+        ``data_of``); raises ProtocolError at the first bad header."""
         self._buf += data
         out = []
         while len(self._buf) >= HEADER.size:
@@ -223,9 +277,8 @@ class FrameReader:
             end = HEADER.size + length
             if len(self._buf) < end:
                 break
-            payload = bytes(self._buf[HEADER.size:end])
+            out.append((kind, bytes(self._buf[HEADER.size:end])))
             del self._buf[:end]
-            out.append(decode(kind, payload))
         return out
 
     @property
