@@ -1,4 +1,4 @@
-"""clowderctl's entry point: parse the command line, run one subcommand."""
+"""clowderctl's command line: parse it, run one subcommand (ctl/__main__.py runs it)."""
 
 from __future__ import annotations
 
@@ -161,6 +161,3 @@ def main(argv=None) -> None:
         code = exits.OK
     sys.exit(code or 0)
 
-
-if __name__ == "__main__":
-    main()

@@ -12,7 +12,6 @@ have none: only the connection and the first answer are bounded there.
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import time
@@ -21,6 +20,8 @@ import clowder_wire as protocol
 from clowder_common import __version__
 
 from . import deadline, exits
+# Re-exported: ctl's modules ask the client where the daemons are.
+from .sockets import default_control_socket, default_socket  # noqa: F401
 from .transport import Remote, SshTransport
 
 # Requests whose answer comes when an event happens, not when the daemon gets to it.
@@ -82,27 +83,6 @@ class RequestFailed(ClientError):
     def __init__(self, err: protocol.Error):
         super().__init__(err.message)
         self.code = err.code
-
-
-def _socket(name: str, env_var: str) -> str:
-    """$env_var, else the user's socket (when not root and it exists), else the system's."""
-    env = os.environ.get(env_var)
-    if env:
-        return env
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if os.getuid() != 0 and runtime and os.path.exists(f"{runtime}/clowder/{name}"):
-        return f"{runtime}/clowder/{name}"
-    return f"/run/clowder/{name}"
-
-
-def default_socket() -> str:
-    """The PTY host's socket."""
-    return _socket("ptyhost.sock", "CLOWDER_SOCKET")
-
-
-def default_control_socket() -> str:
-    """clowder-control's socket."""
-    return _socket("control.sock", "CLOWDER_CONTROL_SOCKET")
 
 
 def daemon_of(unit: str) -> str:
@@ -213,6 +193,17 @@ class Client:
         self._unbounded = False  # replies now come when events happen: no deadline
         self._events_next = False  # ... from the next reply on
         self._gave_up = False  # no answer in time: ssh is not waited for at close
+
+    @classmethod
+    def adopt(cls, sock: socket.socket, path: str, reader: protocol.FrameReader,
+              welcome: protocol.Welcome) -> "Client":
+        """A Client over a connection greeted elsewhere (attach's first paint, ctl/
+        firstpaint.py), whose next bytes ``reader`` already holds the start of."""
+        self = cls.__new__(cls)
+        self._take(sock, path, "the PTY host", f"the PTY host at {path}")
+        self.daemon, self.location = daemon_of("clowder-ptyhost.socket"), f"at {path}"
+        self.reader, self.welcome = reader, welcome
+        return self
 
     @classmethod
     def on_stream(cls, sock: socket.socket, peer: str, daemon: str | None = None,

@@ -70,11 +70,15 @@ class OuterTerminal:
         self.saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
         self.screen = os.isatty(stdout)  # whether there are modes to restore at all
         self.entered = False  # ENTER written: the session's output may follow
+        self.is_raw = False
 
     def raw(self) -> None:
-        """Keys straight through: no echo, no line editing, no signals from the tty."""
-        if self.saved is not None:
+        """Keys straight through: no echo, no line editing, no signals from the tty.
+        Once: setraw discards input not yet read, and after attach's first paint
+        (ctl/firstpaint.py) that is keys typed while the rest of clowderctl loaded."""
+        if self.saved is not None and not self.is_raw:
             tty.setraw(self.stdin)
+            self.is_raw = True
 
     def enter(self) -> bytes:
         """What to write before the session's first output (once)."""
@@ -90,15 +94,16 @@ class OuterTerminal:
         """
         if self.entered:
             self.entered = False
-            _write_all(self.stdout, RESET + LEAVE_TITLE)
+            write_all(self.stdout, RESET + LEAVE_TITLE)
         if self.saved is not None:
+            self.is_raw = False
             try:
                 termios.tcsetattr(self.stdin, termios.TCSADRAIN, self.saved)
             except (termios.error, OSError):
                 pass  # the terminal is gone (hung up): nothing left to restore
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     """Write ``data`` whole to a blocking fd, or give up quietly if it is gone."""
     try:
         while data:

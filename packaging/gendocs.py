@@ -51,7 +51,7 @@ SECTION_TITLES = {1: "User Commands", 5: "File Formats", 8: "System Administrati
 def pages():
     """(name, section, parser or None) of every page, each parser imported only here."""
     from controld.__main__ import parser as control_parser
-    from ctl.__main__ import build_parser
+    from ctl.cli import build_parser
     from ptyhostd.__main__ import parser as host_parser
     from webd.__main__ import parser as web_parser
     return (("clowderctl", 1, build_parser()), ("ptyhostd", 8, host_parser()),

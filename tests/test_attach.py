@@ -23,6 +23,8 @@ import time
 import pytest
 
 from conftest import PYTHON, wait_for
+from ctl import exits
+from ctl.outer import RESET
 
 DETACH = b"\x1c"  # Ctrl-\, the default detach key
 PROMPT = "sh-ready> "
@@ -42,14 +44,14 @@ class Attach:
     """
 
     def __init__(self, host, sid: str, *opts: str, cols: int = 100, rows: int = 30,
-                 separate_stderr: bool = False):
+                 separate_stderr: bool = False, env: dict | None = None):
         self.master, slave = os.openpty()
         self.set_size(cols, rows)
         argv = host._as([PYTHON, "-m", "ctl", "--socket", host.socket, "attach", *opts, sid])
         self.proc = subprocess.Popen(
             argv, stdin=slave, stdout=slave,
             stderr=subprocess.PIPE if separate_stderr else slave,
-            env=host.env, cwd="/", start_new_session=True,
+            env={**host.env, **(env or {})}, cwd="/", start_new_session=True,
             preexec_fn=_take_controlling_tty)
         self.tty = os.ttyname(slave)
         os.close(slave)  # only the child holds it now: its exit is our EOF
@@ -329,6 +331,29 @@ def test_reconnects_after_host_restart(host, attach):
     assert a.finish() == 0
     info = host.ps()[sid]
     assert info["state"] == "running" and info["pid"] == pid
+
+
+def test_a_frozen_host_is_told_after_one_deadline(host, attach):
+    """`attach ID` asks the host before clowderctl's command line is even imported
+    (ctl/firstpaint.py).  A host that takes the connection and never answers is reported
+    when the deadline has passed, as the command line words it, and is not waited for a
+    second time by the full path; nothing was drawn, so nothing is reset."""
+    sid = shell(host)
+    pid = host.main_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        a = attach(sid, separate_stderr=True, env={"CLOWDER_TIMEOUT": "3"})
+        code = a.finish(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    err = a.stderr()
+    assert code == exits.TIMEOUT and b"not answering" in err and b"3 s" in err, (code, err)
+    assert 3 <= took < 6, f"attach took {took:.1f} s to give up: one deadline is 3 s"
+    assert b"attached to" not in err and RESET not in bytes(a.out), (err, bytes(a.out))
+    a = attach(sid)  # and the host, answering again, is attached to as ever
+    ready(a)
 
 
 def test_keys_typed_as_the_host_goes_away_are_delivered(host, attach):

@@ -244,7 +244,7 @@ def _parsers(parser, path):
 
 
 def test_every_argument_has_help_and_every_subcommand_an_example():
-    from ctl.__main__ import build_parser
+    from ctl.cli import build_parser
     everything = list(_parsers(build_parser(load_all=True), ["clowderctl"]))
     assert len(everything) > 25, "not every subcommand was built"
     missing, no_example = [], []
@@ -260,7 +260,7 @@ def test_every_argument_has_help_and_every_subcommand_an_example():
 
 def test_the_exit_statuses_are_documented_where_people_look():
     from ctl import exits
-    from ctl.__main__ import build_parser
+    from ctl.cli import build_parser
     assert (exits.OK, exits.REFUSED, exits.USAGE, exits.UNREACHABLE, exits.TIMEOUT,
             exits.WAIT_FAILED) == (OK, REFUSED, USAGE, UNREACHABLE, TIMEOUT, WAIT_FAILED)
     epilog = build_parser().epilog

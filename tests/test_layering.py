@@ -87,7 +87,7 @@ def python(code: str) -> str:
 
 
 def test_parsing_a_command_line_imports_only_that_subcommand():
-    code = ("import sys; from ctl.__main__ import build_parser; p = build_parser(); "
+    code = ("import sys; from ctl.cli import build_parser; p = build_parser(); "
             "p.format_help(); {}; "
             "print(sorted(m for m in sys.modules if m.startswith('ctl.commands.')))")
     assert python(code.format("pass")) == "[]"
@@ -117,8 +117,20 @@ def test_each_subcommand_is_listed_with_its_modules_own_help():
 
 def test_clowderctl_starts_without_dataclasses_or_typing():
     """What the start-up measurements rest on (docs/design.md, "the wire package")."""
-    code = ("import sys; import ctl.__main__, ctl.client, clowder_wire; "
+    code = ("import sys; import ctl.cli, ctl.client, clowder_wire; "
             "print(sorted(m for m in ('dataclasses', 'typing', 'yaml', 'pyte') "
+            "if m in sys.modules))")
+    assert python(code) == "[]"
+
+
+def test_attach_draws_before_importing_the_command_line():
+    """What attach's first paint rests on (ctl/firstpaint.py, docs/bench.md 7): the entry
+    point and everything it imports before drawing stay clear of the modules whose
+    import cost the start-up (re and json, socket's and signal's enums, argparse, the
+    command line and the commands)."""
+    code = ("import sys; import ctl.__main__; "
+            "print(sorted(m for m in ('re', 'json', 'enum', 'socket', 'signal', 'argparse', "
+            "'selectors', 'ctl.cli', 'ctl.client', 'ctl.commands', 'dataclasses', 'typing') "
             "if m in sys.modules))")
     assert python(code) == "[]"
 

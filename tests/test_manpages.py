@@ -28,7 +28,7 @@ UNDOCUMENTED: set = set()
 
 def parsers() -> dict[str, argparse.ArgumentParser]:
     from controld.__main__ import parser as control_parser
-    from ctl.__main__ import build_parser
+    from ctl.cli import build_parser
     from ptyhostd.__main__ import parser as host_parser
     from webd.__main__ import parser as web_parser
     return {"clowderctl": build_parser(), "ptyhostd": host_parser(),

@@ -729,7 +729,8 @@ def test_every_unit_is_packaged():
 
 def test_the_private_layout_lists_every_package_and_program():
     """packaging/install-tree.sh installs every top-level package of the tree and every
-    program of pyproject.toml's [project.scripts], with the same main()."""
+    program of pyproject.toml's [project.scripts], with the same main(); and clowderctl,
+    a script of its own there (bin/clowderctl), runs the main install-tree.sh names."""
     with open(os.path.join(ROOT, "packaging", "install-tree.sh")) as f:
         script = f.read()
     packages = re.search(r'^PACKAGES="([^"]*)"$', script, re.M)[1].split()
@@ -739,8 +740,13 @@ def test_the_private_layout_lists_every_package_and_program():
             and d not in ("tests", "tools", "bench")}
     assert set(packages) == tree == set(PACKAGES)
     with open(os.path.join(ROOT, "pyproject.toml")) as f:
-        scripts = dict(re.findall(r'^([\w-]+) = "([\w.]+):main"$',
-                                  f.read().split("[project.scripts]")[1].split("\n[")[0], re.M))
+        text = f.read()
+    scripts = dict(re.findall(r'^([\w-]+) = "([\w.]+):main"$',
+                              text.split("[project.scripts]")[1].split("\n[")[0], re.M))
+    assert "bin/clowderctl" in re.search(r'^script-files = \[([^]]*)\]$', text, re.M)[1]
+    with open(os.path.join(ROOT, "bin", "clowderctl")) as f:
+        assert "from ctl.__main__ import main\n" in f.read()
+    scripts["clowderctl"] = "ctl.__main__"
     assert programs == scripts and set(programs) == set(PROGRAMS), (programs, scripts)
 
 

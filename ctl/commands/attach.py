@@ -5,6 +5,7 @@ import os
 import select
 import selectors
 import signal
+import socket
 import sys
 import time
 
@@ -12,9 +13,9 @@ import clowder_wire as protocol
 from clowder_common import pipes
 from clowder_wire.host import fit_size
 
-from .. import exits
+from .. import exits, firstpaint
 from ..client import (Client, ClientError, NotAnswering, RequestFailed, Unreachable,
-                      UsageError, default_control_socket)
+                      UsageError, default_control_socket, default_socket)
 from ..detachkey import DetachKey, parse_key
 from ..outer import OuterTerminal
 from ..portable import nonblocking_pipe, terminal_selector
@@ -36,12 +37,12 @@ examples:
     p.add_argument("--agent", action="store_true",
                    help="attach to an agent (or AGENT/SHELL) through clowder-control")
     p.add_argument("--read-only", action="store_true", help="watch; send no input")
-    p.add_argument("--history", type=int, default=500, metavar="LINES",
+    p.add_argument("--history", type=int, default=firstpaint.HISTORY_LINES, metavar="LINES",
                    help="recent lines put into this terminal's scrollback first "
                         "(default 500; 0: none), with their colours")
     p.add_argument("--plain-history", action="store_true",
                    help="put the history in without colours or attributes")
-    p.add_argument("--detach-key", default="^\\",
+    p.add_argument("--detach-key", default=firstpaint.DETACH_KEY,
                    help="the key that detaches, as ^X (default ^\\, i.e. Ctrl-backslash); "
                         "pressed twice, it is sent once to the session instead")
     p.set_defaults(run=run, parser=p)
@@ -90,22 +91,27 @@ class _Session:
         self.history = b""  # text put into the scrollback before the first repaint
         self.session_id = None  # the session the host attached us to (Attached)
 
-    def run(self, first: bool) -> tuple[str, object]:
+    def run(self, first: bool, opened: firstpaint.Opened | None = None) -> tuple[str, object]:
+        """``opened``: the attach firstpaint.py made and drew (the first one only)."""
         self.resized = False  # the Attach below carries the current size
         cols, rows = _size()
         c = None
         try:
-            c = Client(self.args.target)
-            c.send(protocol.Attach(session=self.args.session, cols=cols, rows=rows,
-                                   read_only=self.args.read_only,
-                                   token=None if self.args.read_only else self.token))
-            attached = c.recv()  # Attached (errors raise)
+            if opened is None:
+                c = Client(self.args.target)
+                c.send(protocol.Attach(session=self.args.session, cols=cols, rows=rows,
+                                       read_only=self.args.read_only,
+                                       token=None if self.args.read_only else self.token))
+                attached = c.recv()  # Attached (errors raise)
+            else:
+                c, attached = _adopt(opened)
+                self.resized = (cols, rows) != opened.size  # resized while it drew
             self.session_id = (attached.session or {}).get("id")
             if self.session_id and self.session_id == os.environ.get("CLOWDER_SESSION"):
                 # Named, or an agent's (the id check in run() cannot see those).
                 c.close()
                 raise _Itself(_itself(self.session_id))
-            if first:
+            if first and opened is None:
                 _banner(self.args)  # only now: the host may refuse (no such session)
         except _Itself:
             raise
@@ -127,13 +133,13 @@ class _Session:
             self.numbered = seq is not None
             self._ack(seq if self.numbered and self.acked <= seq <= self.seq
                       else max(self.handed, self.acked))
-            self.out.write(self.outer.enter())
+            self.out.write(self.outer.enter())  # nothing if firstpaint.py entered
             if not first:
                 self.out.write(b"\x1bc")  # the backlog replays onto a clean screen
             elif self.history:
                 # The repaint only covers the visible screen: recent output goes first, as
                 # plain lines, and scrolls up into the terminal's own scrollback.
-                self.out.write(self.history.replace(b"\n", b"\r\n") + b"\r\n" * rows)
+                self.out.write(firstpaint.history_block(self.history, rows))
             # recv() reads whole chunks, so the first Output frames of the backlog (and,
             # for an ended session, its Exited) may have come with Attached and wait in
             # c.pending: show them before reading the socket again, or they are lost.
@@ -372,10 +378,23 @@ ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 def _banner(args) -> None:
     """Say what we are attached to and how to leave (on stderr, already in raw mode)."""
-    ro = " read-only: keys you type are not sent;" if args.read_only else ""
-    sys.stderr.write(f"[clowder: attached to {args.session};{ro} "
-                     f"detach with {args.detach_key}]\r\n")
+    sys.stderr.write(firstpaint.banner(args.session, args.read_only, args.detach_key))
     sys.stderr.flush()
+
+
+def _adopt(opened: firstpaint.Opened) -> tuple[Client, protocol.Attached]:
+    """The connection firstpaint.py made, as a Client, and its Attached; what it drew is
+    not shown again, and what came after that is pending."""
+    try:
+        messages = [protocol.decode(kind, payload) for kind, payload in opened.frames]
+    except protocol.ProtocolError as exc:
+        raise ClientError(f"invalid data from the PTY host: {exc}") from None
+    welcome, _history_reply, attached = messages[:3]
+    c = Client.adopt(socket.socket(fileno=opened.sock.detach()), opened.path, opened.reader,
+                     welcome)
+    c.pending = messages[3 + opened.painted:]
+    c._unbounded = True  # an attach's connection carries events from here on
+    return c, attached
 
 
 def _most_recent(args) -> str:
@@ -395,6 +414,8 @@ def _most_recent(args) -> str:
 
 
 def run(args) -> int:
+    opened = firstpaint.take(args.session, args.socket or default_socket()) \
+        if args.session is not None and not args.agent else None
     if args.session is None:
         if args.agent:
             args.parser.error("--agent needs the agent's name: attach --agent AGENT")
@@ -417,20 +438,25 @@ def run(args) -> int:
         raise UsageError("stdin is not a terminal, and attach types into the session "
                           "from one (--read-only watches without one; `clowderctl send` "
                           "types from a script)")
-    outer = OuterTerminal(stdin, sys.stdout.fileno())
+    outer = opened.outer if opened else OuterTerminal(stdin, sys.stdout.fileno())
     wakeup, wakeup_w = nonblocking_pipe()
     session = _Session(args, key, wakeup, outer)
-    session.history = _history(args) if outer.screen else b""
+    if opened:
+        session.token = opened.token  # the Attach firstpaint.py sent carried it
+    else:
+        session.history = _history(args) if outer.screen else b""
     signal.signal(signal.SIGWINCH, lambda *_: setattr(session, "resized", True))
     old_wakeup = signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
     old_handlers = {sig: signal.signal(sig, _killed) for sig in ENDING_SIGNALS}
     killed = None
     try:
         outer.raw()
+        if opened and opened.ending:
+            raise _Killed(opened.ending)  # it came while firstpaint.py had the terminal
         first = True
         while True:
-            why, msg = session.run(first)
-            first = False
+            why, msg = session.run(first, opened)
+            first, opened = False, None
             if why == "dropped":
                 # The host restarted: it comes back with the session; reattach.
                 _wait_for_host(args.target)

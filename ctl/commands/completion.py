@@ -30,6 +30,6 @@ def add_parser(sub):
 
 def run(args) -> int:
     from .. import completion
-    from ..__main__ import build_parser
+    from ..cli import build_parser
     sys.stdout.write(completion.script(args.shell, build_parser()))
     return 0

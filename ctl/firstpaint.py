@@ -1,0 +1,231 @@
+"""attach's first paint, made before the rest of clowderctl is imported.
+
+`clowderctl attach ID` took ~42 ms to show the screen where `tmux attach` takes ~6
+(docs/bench.md, 7): the interpreter's own start is ~12 ms here, and most of the rest was
+importing (argparse, re, json, socket and its enums, the command table) before the first
+byte was asked for, then two connections (the history, then the attach).  For the plain
+command line, `attach ID` (also after `--socket PATH`), this module asks first and
+imports afterwards: one connection, greeted, with GetHistory and Attach sent in the same
+write; once Attached and the repaint's first frame have come, the terminal is put in raw
+mode and the banner, the history and the repaint are drawn, exactly as the full path
+draws them (the shared helpers below).  Only then does the command line run as always
+(ctl/cli.py), and attach (ctl/commands/attach.py) takes the connection over from
+``take``: from the frames already read on, it is the same client.
+
+It imports what the interpreter has built in or loads cheaply: _socket (socket's enums
+cost ~6 ms), _signal, termios, the wire package (it imports json only to decode, and
+nothing here decodes), ctl/outer.py.  Anything else -- another command line, an option,
+a HOST:ID, running inside a session, no terminal, an answer other than Welcome, the
+history and Attached (no such session, a version it does not speak), a connection
+refused -- and nothing is drawn: the full path runs from the start, so every message and
+exit status is its own.  A daemon that does not answer in time is reported by the full
+path as such (``take`` raises it) without being waited for twice.
+"""
+
+from __future__ import annotations
+
+import _signal
+import _socket
+import os
+import sys
+
+import clowder_wire as P
+from clowder_common import __version__
+
+from . import deadline
+from .outer import OuterTerminal, write_all
+from .sockets import default_socket
+
+# attach's defaults (ctl/commands/attach.py's options): the plain command line has these.
+HISTORY_LINES = 500
+DETACH_KEY = "^\\"
+# After Attached, how long to wait for the repaint's first frame before drawing what
+# came and handing over (the full path shows the rest): a repaint is never empty and
+# comes within milliseconds; this only bounds a host that is slow to render one.
+REPAINT_WAIT = 1.0
+# Signals that end an attach (attach.ENDING_SIGNALS): from raw mode on, noted, and acted
+# on by the full path, which hands the terminal back.
+_ENDING = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT)
+
+
+class Opened:
+    """An attach made and drawn here, for attach's ``run`` to continue."""
+
+    def __init__(self, sock, path: str, session: str, size: tuple[int, int], token: str):
+        self.sock = sock  # a _socket.socket, blocking
+        self.path = path
+        self.session = session  # the ID as given
+        self.size = size  # what the Attach asked for
+        self.token = token  # the input stream's token the Attach carried
+        self.reader = P.FrameReader()  # holds any partial frame read
+        self.frames: list[tuple[int, bytes]] = []  # Welcome, the history's reply,
+        self.painted = 0  # Attached, then Output frames of which this many were drawn
+        self.outer: OuterTerminal | None = None  # in raw mode once drawn
+        self.ending: int | None = None  # an ending signal that came meanwhile
+        self.taken = False
+
+
+_opened: Opened | None = None
+_unanswered: tuple[str, float] | None = None  # (path, seconds): the deadline passed
+
+
+def banner(session: str, read_only: bool, detach_key: str) -> str:
+    """What attach says on stderr once attached (already in raw mode)."""
+    ro = " read-only: keys you type are not sent;" if read_only else ""
+    return f"[clowder: attached to {session};{ro} detach with {detach_key}]\r\n"
+
+
+def history_block(history: bytes, rows: int) -> bytes:
+    """The history as put into the terminal's scrollback before the first repaint: its
+    lines, then a screenful of newlines that scrolls them up past the screen."""
+    return history.replace(b"\n", b"\r\n") + b"\r\n" * rows
+
+
+def plain_attach(argv: list[str]) -> tuple[str | None, str] | None:
+    """(the --socket given or None, ID) for `[--socket PATH] attach ID`, else None."""
+    path = None
+    if len(argv) == 4 and argv[0] == "--socket":
+        path, argv = argv[1], argv[2:]
+    elif len(argv) == 3 and argv[0].startswith("--socket="):
+        path, argv = argv[0][len("--socket="):], argv[1:]
+    if len(argv) != 2 or argv[0] != "attach" or path == "":
+        return None
+    session = argv[1]
+    if not session or session.startswith("-") or ":" in session:
+        return None  # an option, or HOST:ID / agent:NAME (the full path sorts them)
+    return path, session
+
+
+def attempt(argv: list[str]) -> None:
+    """Attach and draw now if ``argv`` is the plain form and all goes as expected;
+    otherwise leave everything to the full path (see the module's docstring)."""
+    global _opened, _unanswered
+    form = plain_attach(argv)
+    if form is None or os.environ.get("CLOWDER_SESSION") \
+            or not (os.isatty(0) and os.isatty(1)):
+        return
+    try:
+        seconds = deadline.seconds()
+        cols, rows = P.fit_size(*os.get_terminal_size(0))
+    except (ValueError, OSError):
+        return
+    path = form[0] or default_socket()
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    opened = Opened(sock, path, form[1], (cols, rows), os.urandom(8).hex())
+    try:
+        sock.settimeout(seconds)
+        sock.connect(path)
+        sock.sendall(
+            P.encode(P.Hello(version=P.PROTOCOL_VERSION, client=f"clowderctl {__version__}"))
+            + P.encode(P.GetHistory(session=opened.session, lines=HISTORY_LINES,
+                                    format="ansi"))
+            + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
+                                token=opened.token)))
+        if not _read_until_repaint(opened):
+            sock.close()
+            return
+        screen = _screen(opened)
+    except TimeoutError:
+        sock.close()
+        _unanswered = (path, seconds)
+        return
+    except (OSError, P.ProtocolError):
+        sock.close()  # refused, reset, not a clowder socket: the full path says
+        return
+    _opened = opened
+    _draw(opened, screen)
+
+
+# What must come, in order, before the repaint: each position's acceptable kinds.
+_EXPECTED = ((P.Welcome.KIND,), (P.SnapshotData.KIND, P.Error.KIND), (P.Attached.KIND,))
+
+
+def _read_until_repaint(opened: Opened) -> bool:
+    """Read Welcome, the history's answer, Attached and one frame more (the repaint);
+    False at anything else, or if the connection closed."""
+    frames, sock = opened.frames, opened.sock
+    while len(frames) <= len(_EXPECTED):
+        if len(frames) == len(_EXPECTED):
+            sock.settimeout(REPAINT_WAIT)
+        try:
+            data = sock.recv(1 << 16)
+        except TimeoutError:
+            if len(frames) == len(_EXPECTED):
+                break  # Attached, but no repaint yet: draw what came, hand over
+            raise
+        if not data:
+            return False
+        frames += opened.reader.frames(data)
+        for (kind, _), allowed in zip(frames, _EXPECTED):
+            if kind not in allowed:
+                return False
+    sock.settimeout(None)
+    return True
+
+
+def _screen(opened: Opened) -> bytes:
+    """The history and the repaint's frames that came, as they are to be drawn."""
+    kind, payload = opened.frames[1]
+    history = P.data_of(payload) if kind == P.SnapshotData.KIND else b""
+    out = [history_block(history, opened.size[1]) if history else b""]
+    for kind, payload in opened.frames[len(_EXPECTED):]:
+        if kind != P.Output.KIND:
+            break  # Exited, an acknowledgement ...: the full path's to read
+        out.append(P.data_of(payload))
+        opened.painted += 1
+    return b"".join(out)
+
+
+def _draw(opened: Opened, screen: bytes) -> None:
+    """Raw mode, then the banner, and the history and the repaint after ENTER."""
+    outer = opened.outer = OuterTerminal(0, 1)
+    outer.raw()
+    for sig in _ENDING:
+        _signal.signal(sig, _noted)
+    write_all(2, banner(opened.session, False, DETACH_KEY).encode())
+    write_all(1, outer.enter() + screen)
+
+
+def _noted(signum, _frame) -> None:
+    if _opened is not None and _opened.ending is None:
+        _opened.ending = signum
+
+
+def take(session: str, path: str) -> Opened | None:
+    """The attach drawn here, if it is the one the full path is about to make (``session``
+    as given, at ``path``); raises what a daemon that did not answer raises."""
+    global _unanswered
+    if _unanswered is not None:
+        where, seconds = _unanswered
+        _unanswered = None
+        from .client import NotAnswering, daemon_of, not_answering
+        raise NotAnswering(not_answering(daemon_of("clowder-ptyhost.socket"),
+                                         f"at {where}", seconds))
+    opened = _opened
+    if opened is None or opened.taken or opened.session != session or opened.path != path:
+        return None
+    opened.taken = True
+    return opened
+
+
+def release() -> None:
+    """On the way out, whatever happened after the drawing (the full path failed before
+    attach took over, or after): the connection closed and the terminal handed back.
+    Both are no-ops when attach did them already (restoring twice writes nothing)."""
+    opened = _opened
+    if opened is not None:
+        opened.taken = True
+        opened.sock.close()
+        if opened.outer is not None:
+            opened.outer.restore()
+
+
+def main(argv: list[str] | None = None):
+    """clowderctl's entry point (ctl/__main__.py)."""
+    argv = sys.argv[1:] if argv is None else argv
+    attempt(argv)
+    try:
+        from .cli import main as run_command_line
+        return run_command_line(argv)
+    finally:
+        release()
