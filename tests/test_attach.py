@@ -234,6 +234,21 @@ def test_client_size_reaches_session_and_so_does_a_resize(host, attach, sizes):
     assert a.finish() == 0
 
 
+def test_a_resize_while_attach_loads_reaches_the_session(host, attach):
+    """`attach ID` draws before the rest of clowderctl is loaded (ctl/firstpaint.py); a
+    resize right after raw mode, in that time on most runs, still reaches the session:
+    the full path compares the size with the one its Attach carried."""
+    sid = shell(host, size="80x24")
+    a = attach(sid, cols=100, rows=30)
+    a.wait_raw()
+    a.set_size(90, 20)
+    wait_for(lambda: (host.ps()[sid]["cols"], host.ps()[sid]["rows"]) == (90, 20), 10,
+             "the resize made as attach was loading to reach the session")
+    ready(a)
+    a.type(b"stty size\r")
+    a.expect(b"20 90\r", what="stty size in the session after the resize")
+
+
 @pytest.mark.parametrize("key", ["default", "^]"])
 def test_detach_key_leaves_session_running(host, attach, key):
     sid = shell(host)

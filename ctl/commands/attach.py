@@ -200,6 +200,8 @@ class _Session:
                     sock_events = events
                 deadline = self.key.deadline()
                 timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if self.resized:
+                    timeout = 0.0  # e.g. resized while firstpaint.py's attach was drawn
                 for sk, ev in sel.select(timeout):
                     if sk.data == "sock" and ev & selectors.EVENT_WRITE:
                         self._flush(c)
