@@ -146,7 +146,11 @@ class Kill(Message):
 
 @register
 class Attach(Message):
-    """Stream a session. -> Attached, Output (a repaint, then live), ..., Exited."""
+    """Stream a session. -> Attached, Output (a repaint, then live), ..., Exited.
+    With ``history`` (and a repaint), a SnapshotData comes between Attached and the
+    repaint: the last that many lines that scrolled off the screen (as GetHistory's
+    ``format``, one line each), from the same look at the model as the repaint, so no
+    line is in both or in neither.  Newer than the message: an older host sends none."""
 
     KIND = 206
     session: str
@@ -157,6 +161,8 @@ class Attach(Message):
     # A client's random name for its input stream, the same on each reattach of one run:
     # the host then numbers what it wrote of it (Input.seq, Attached.input_seq).
     token: str | None = None
+    history: int = 0
+    history_format: str = "ansi"
 
 
 @register

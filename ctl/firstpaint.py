@@ -5,19 +5,19 @@
 importing (argparse, re, json, socket and its enums, the command table) before the first
 byte was asked for, then two connections (the history, then the attach).  For the plain
 command line, `attach ID` (also after `--socket PATH`), this module asks first and
-imports afterwards: one connection, greeted, with GetHistory and Attach sent in the same
-write; once Attached and the repaint's first frame have come, the terminal is put in raw
-mode and the banner, the history and the repaint are drawn, exactly as the full path
-draws them (the shared helpers below).  Only then does the command line run as always
+imports afterwards: one connection, with Hello and Attach (which asks for the history
+too) sent in one write; once Attached, the history and the repaint's first frame have
+come, the terminal is put in raw mode and the banner, the history and the repaint are
+drawn, exactly as the full path draws them (the shared helpers below).  Only then does the command line run as always
 (ctl/cli.py), and attach (ctl/commands/attach.py) takes the connection over from
 ``take``: from the frames already read on, it is the same client.
 
 It imports what the interpreter has built in or loads cheaply: _socket (socket's enums
 cost ~6 ms), _signal, termios, the wire package (it imports json only to decode, and
 nothing here decodes), ctl/outer.py.  Anything else -- another command line, an option,
-a HOST:ID, running inside a session, no terminal, an answer other than Welcome, the
-history and Attached (no such session, a version it does not speak), a connection
-refused -- and nothing is drawn: the full path runs from the start, so every message and
+a HOST:ID, running inside a session, no terminal, an answer other than Welcome and
+Attached (no such session, a version it does not speak), a connection refused -- and
+nothing is drawn: the full path runs from the start, so every message and
 exit status is its own.  A daemon that does not answer in time is reported by the full
 path as such (``take`` raises it) without being waited for twice.
 """
@@ -58,8 +58,9 @@ class Opened:
         self.size = size  # what the Attach asked for
         self.token = token  # the input stream's token the Attach carried
         self.reader = P.FrameReader()  # holds any partial frame read
-        self.frames: list[tuple[int, bytes]] = []  # Welcome, the history's reply,
-        self.painted = 0  # Attached, then Output frames of which this many were drawn
+        # Welcome, Attached, the history (an older host sends none), the repaint ...
+        self.frames: list[tuple[int, bytes]] = []
+        self.drawn = 0  # ... of which this many frames were drawn (or were the greeting)
         self.outer: OuterTerminal | None = None  # in raw mode once drawn
         self.ending: int | None = None  # an ending signal that came meanwhile
         self.taken = False
@@ -117,10 +118,8 @@ def attempt(argv: list[str]) -> None:
         sock.connect(path)
         sock.sendall(
             P.encode(P.Hello(version=P.PROTOCOL_VERSION, client=f"clowderctl {__version__}"))
-            + P.encode(P.GetHistory(session=opened.session, lines=HISTORY_LINES,
-                                    format="ansi"))
             + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
-                                token=opened.token)))
+                                token=opened.token, history=HISTORY_LINES)))
         if not _read_until_repaint(opened):
             sock.close()
             return
@@ -136,43 +135,48 @@ def attempt(argv: list[str]) -> None:
     _draw(opened, screen)
 
 
-# What must come, in order, before the repaint: each position's acceptable kinds.
-_EXPECTED = ((P.Welcome.KIND,), (P.SnapshotData.KIND, P.Error.KIND), (P.Attached.KIND,))
-
-
 def _read_until_repaint(opened: Opened) -> bool:
-    """Read Welcome, the history's answer, Attached and one frame more (the repaint);
-    False at anything else, or if the connection closed."""
+    """Read Welcome, Attached, the history and the repaint's first frame; False at
+    anything else (an Error: no such session ...), or if the connection closed.  The
+    deadline bounds each wait but the last: a repaint comes within milliseconds of the
+    history, and after REPAINT_WAIT what came is drawn and the full path shows the rest."""
     frames, sock = opened.frames, opened.sock
-    while len(frames) <= len(_EXPECTED):
-        if len(frames) == len(_EXPECTED):
+    while True:
+        kinds = [kind for kind, _ in frames]
+        if kinds[:2] not in ([], [P.Welcome.KIND], [P.Welcome.KIND, P.Attached.KIND]):
+            return False
+        history = kinds[2:3] == [P.SnapshotData.KIND]  # an older host sends none
+        if len(kinds) > 2 + history:
+            return True
+        if history:
             sock.settimeout(REPAINT_WAIT)
         try:
             data = sock.recv(1 << 16)
         except TimeoutError:
-            if len(frames) == len(_EXPECTED):
-                break  # Attached, but no repaint yet: draw what came, hand over
+            if history:
+                return True  # the history came, the repaint not yet: draw, hand over
             raise
         if not data:
             return False
         frames += opened.reader.frames(data)
-        for (kind, _), allowed in zip(frames, _EXPECTED):
-            if kind not in allowed:
-                return False
-    sock.settimeout(None)
-    return True
 
 
 def _screen(opened: Opened) -> bytes:
     """The history and the repaint's frames that came, as they are to be drawn."""
-    kind, payload = opened.frames[1]
-    history = P.data_of(payload) if kind == P.SnapshotData.KIND else b""
-    out = [history_block(history, opened.size[1]) if history else b""]
-    for kind, payload in opened.frames[len(_EXPECTED):]:
+    opened.sock.settimeout(None)
+    frames = opened.frames
+    out = []
+    opened.drawn = 2  # Welcome, Attached
+    if len(frames) > 2 and frames[2][0] == P.SnapshotData.KIND:
+        history = P.data_of(frames[2][1])
+        if history:
+            out.append(history_block(history, opened.size[1]))
+        opened.drawn = 3
+    for kind, payload in frames[opened.drawn:]:
         if kind != P.Output.KIND:
             break  # Exited, an acknowledgement ...: the full path's to read
         out.append(P.data_of(payload))
-        opened.painted += 1
+        opened.drawn += 1
     return b"".join(out)
 
 

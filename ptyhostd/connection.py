@@ -470,6 +470,9 @@ class Connection(asyncio.Protocol):
         s = self._session(msg.session)
         if (msg.cols or msg.rows) and not pty.valid_size(msg.cols, msg.rows):
             raise RequestError(pty.size_problem(msg.cols, msg.rows), "bad-request")
+        if msg.history_format not in ("text", "ansi"):
+            raise RequestError(f"unknown history format {_show(msg.history_format)} (text "
+                               f"or ansi)", "bad-request")
         att = Attachment(self, s, msg.read_only, repaints=msg.replay < 0,
                          size=(msg.cols, msg.rows))
         input_seq = None
@@ -493,7 +496,7 @@ class Connection(asyncio.Protocol):
         if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
             att.pos = max(s.ring.tail, s.ring.head - msg.replay)
         else:  # a terminal: the current screen, repainted, then live output
-            await att.repaint()
+            await att.repaint(max(0, msg.history), ansi=msg.history_format == "ansi")
             if self.closed:
                 return
         if s.state != "running":

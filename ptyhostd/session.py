@@ -136,6 +136,11 @@ def painted(screen) -> tuple:
     return screen.repaint() + screen.pending, screen.cols, screen.rows
 
 
+def painted_vt(screen) -> bytes:
+    """The repaint bytes alone (``painted``'s first part): run in the screen pool."""
+    return screen.repaint() + screen.pending
+
+
 def viewed(screen, cols: int, rows: int) -> bytes:
     """A frame of a model for a terminal of another size: run in the screen pool."""
     return screen.view(cols, rows)
@@ -189,15 +194,24 @@ class Attachment:
         self.pos = start + len(data)
         return frame
 
-    async def repaint(self) -> None:
+    async def repaint(self, history: int = 0, ansi: bool = True) -> None:
         """Send the current screen; live output continues from the offset after it.
-        A client whose terminal is not the session's size gets a frame of its size."""
-        if self.sized_to_session():
+        A client whose terminal is not the session's size gets a frame of its size.
+        ``history``: first the last that many lines that scrolled off, in a SnapshotData,
+        from the same look at the model as the screen (Attach.history)."""
+        sized = self.sized_to_session()
+        if history > 0:
+            paint = painted_vt if sized else functools.partial(viewed, cols=self.size[0],
+                                                                rows=self.size[1])
+            lines, painted, self.pos = await self.session.scrollback_and(
+                paint, history, protocol.MAX_DATA, ansi)
+            self.conn.send(protocol.SnapshotData(
+                data="\n".join(lines).encode() + b"\n" * bool(lines)))
+        elif sized:
             painted, self.pos = await self.session.repaint()
-            self.viewing = False
         else:
             painted, self.pos = await self.session.view(*self.size)
-            self.viewing = True
+        self.viewing = not sized
         for i in range(0, len(painted), protocol.MAX_DATA):
             self.conn.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
 
@@ -651,29 +665,39 @@ class Session:
     async def saved_screen(self, count: int, budget: int) -> tuple[list[str], bytes]:
         """For the state directory: the last ``count`` lines that scrolled off (with
         their SGR, within ``budget`` bytes) and the repaint of the screen, from one look
-        at the model, so no line is in both or in neither.  Fed to a fresh terminal as
-        the lines, a scroll of them off the screen, then the repaint, they give back the
-        scrollback and the screen (statedir.saved_body)."""
+        at the model (``scrollback_and``).  Fed to a fresh terminal as the lines, a
+        scroll of them off the screen, then the repaint, they give back the scrollback
+        and the screen (statedir.saved_body)."""
+        lines, vt, _ = await self.scrollback_and(painted_vt, count, budget)
+        return lines, vt
+
+    async def scrollback_and(self, paint: Callable, count: int, budget: int,
+                             ansi: bool = True) -> tuple[list[str], object, int]:
+        """The last ``count`` lines that scrolled off (within ``budget`` bytes; with
+        their SGR if ``ansi``), ``paint(model)``, and the ring offset they show output
+        up to, from one look at the model, so that no line is in both or in neither:
+        what the state directory saves, and what an attach puts in the client's
+        scrollback and then on its screen."""
         from .history import fit, last_lines
         follows = engine.follows_output()
 
         def look(screen):
             # In the screen pool, under the model's lock (so screen_start holds still).
-            lines = screen.history_lines(count, ansi=True, scrollback=True) \
+            lines = screen.history_lines(count, ansi=ansi, scrollback=True) \
                 if follows else None
             whole = follows and not self.screen_budget_hits and (
                 self.screen_start <= self.ring.tail or len(lines) >= count)
-            # The screen's text only for the raw line model below, not at every save.
-            return lines, painted(screen), None if whole else screen.snapshot("text")
-        (lines, (vt, _, _), text), _ = await self.screen_call(look)
+            # The screen's text only for the raw line model below, not at every look.
+            return lines, paint(screen), None if whole else screen.snapshot("text")
+        (lines, shown_screen, text), pos = await self.screen_call(look)
         if text is None:
-            return fit(lines, budget), vt
+            return fit(lines, budget), shown_screen, pos
         # The raw line model (pyte, or a model that lost lines to a bomb), read after
         # the look: its last lines less as many as the screen showed (a line wrapped on
         # the screen, or output since, may shift them by a line).
         shown = len(text.rstrip().split("\n")) if text.strip() else 0
         lines = await last_lines(self.ring, count + shown, budget, self.cols)
-        return (lines[:-shown] if shown else lines)[-count:], vt
+        return (lines[:-shown] if shown else lines)[-count:], shown_screen, pos
 
     async def fit_screen(self) -> None:
         """Give the model the current share of the scrollback budget (screenmemory.py),

@@ -59,6 +59,9 @@ HOST_FLOODS = {
                                 P.Rename(session=s["reader"], name="flood-b"), times=100),
     "Attach": lambda s: _frames(P.Attach(session=s["full"], read_only=True, replay=1 << 30),
                                 P.Input(data=b"x" * 1000), times=50),
+    # With the scrollback sent before the repaint (a SnapshotData of up to a frame each).
+    "Attach-history": lambda s: _frames(P.Attach(session=s["full"], read_only=True,
+                                                 history=100000), times=50),
     "Input": lambda s: _frames(P.Input(data=b"x"), P.Resize(cols=80, rows=24), times=200),
     # A screenful: feeding a full 4 MiB ring to the screen stalls the host by itself
     # (issue 12 item 3, not a hoard): reported, not this test's subject.

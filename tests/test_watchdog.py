@@ -170,8 +170,9 @@ def test_the_handoff_check_does_not_feed_the_watchdog(host):
 
 
 def test_attach_to_a_frozen_host_gives_up_at_one_deadline(host):
-    """`clowderctl attach` first asks for recent history, then attaches: a frozen host
-    is told once, at one deadline, not after waiting out both."""
+    """`clowderctl attach` asks before the rest of clowderctl is loaded (ctl/
+    firstpaint.py), and the full path would ask again: a frozen host is told once, at
+    one deadline, not after waiting out both."""
     from test_attach import Attach
     sid, _pid, _mark = counting_session(host)
     old = host.main_pid()

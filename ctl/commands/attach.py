@@ -88,6 +88,7 @@ class _Session:
         self.outbuf = bytearray()  # frames not yet taken by the socket
         self.out_total = 0  # bytes of frames the socket took on this connection
         self.inflight: collections.deque = collections.deque()  # (frame end, seq after)
+        self.history_lines = 0  # lines of scrollback the first Attach asks for
         self.history = b""  # text put into the scrollback before the first repaint
         self.session_id = None  # the session the host attached us to (Attached)
 
@@ -99,10 +100,15 @@ class _Session:
         try:
             if opened is None:
                 c = Client(self.args.target)
+                history = self.history_lines if first else 0
                 c.send(protocol.Attach(session=self.args.session, cols=cols, rows=rows,
                                        read_only=self.args.read_only,
-                                       token=None if self.args.read_only else self.token))
+                                       token=None if self.args.read_only else self.token,
+                                       history=history, history_format="text"
+                                       if self.args.plain_history else "ansi"))
                 attached = c.recv()  # Attached (errors raise)
+                if history:
+                    self.history = _history(c)
             else:
                 c, attached = _adopt(opened)
                 self.resized = (cols, rows) != opened.size  # resized while it drew
@@ -345,20 +351,15 @@ def _itself(sid: str) -> str:
             f"feed its output back into it; attach from another terminal")
 
 
-def _history(args) -> bytes:
-    """Recent output as text, for the scrollback (not through clowder-control)."""
-    if args.history <= 0 or args.agent:
-        return b""
-    try:
-        with Client(args.target) as c:
-            return c.request(protocol.GetHistory(session=args.session, lines=args.history,
-                                                 format="text" if args.plain_history
-                                                 else "ansi"),
-                             protocol.SnapshotData).data
-    except NotAnswering:
-        raise  # the attach would wait out the same deadline again: say so now
-    except ClientError:
-        return b""  # the attach itself reports what is wrong
+def _history(c: Client) -> bytes:
+    """After Attached: the scrollback the Attach asked for (a SnapshotData from the same
+    look at the model as the repaint that follows), or none from an older host, whose
+    next frame is already the repaint (kept for ``_show``)."""
+    msg = c.recv()
+    if isinstance(msg, protocol.SnapshotData):
+        return msg.data
+    c.pending.insert(0, msg)
+    return b""
 
 
 class _Killed(BaseException):
@@ -391,10 +392,10 @@ def _adopt(opened: firstpaint.Opened) -> tuple[Client, protocol.Attached]:
         messages = [protocol.decode(kind, payload) for kind, payload in opened.frames]
     except protocol.ProtocolError as exc:
         raise ClientError(f"invalid data from the PTY host: {exc}") from None
-    welcome, _history_reply, attached = messages[:3]
+    welcome, attached = messages[:2]
     c = Client.adopt(socket.socket(fileno=opened.sock.detach()), opened.path, opened.reader,
                      welcome)
-    c.pending = messages[3 + opened.painted:]
+    c.pending = messages[opened.drawn:]
     c._unbounded = True  # an attach's connection carries events from here on
     return c, attached
 
@@ -445,8 +446,8 @@ def run(args) -> int:
     session = _Session(args, key, wakeup, outer)
     if opened:
         session.token = opened.token  # the Attach firstpaint.py sent carried it
-    else:
-        session.history = _history(args) if outer.screen else b""
+    elif outer.screen and not args.agent:  # not through clowder-control
+        session.history_lines = max(0, args.history)
     signal.signal(signal.SIGWINCH, lambda *_: setattr(session, "resized", True))
     old_wakeup = signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
     old_handlers = {sig: signal.signal(sig, _killed) for sig in ENDING_SIGNALS}
