@@ -132,7 +132,8 @@ class ControlServer:
                 return
             host_writer.write(protocol.encode(protocol.Attach(
                 session=sid, cols=msg.cols, rows=msg.rows, read_only=msg.read_only,
-                replay=msg.replay, token=msg.token)))
+                replay=msg.replay, token=msg.token, history=msg.history,
+                history_format=msg.history_format)))
             try:
                 first = await asyncio.wait_for(host_reader.read(1 << 16), ATTACH_TIMEOUT)
             except (asyncio.TimeoutError, ConnectionError):

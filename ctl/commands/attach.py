@@ -446,7 +446,7 @@ def run(args) -> int:
     session = _Session(args, key, wakeup, outer)
     if opened:
         session.token = opened.token  # the Attach firstpaint.py sent carried it
-    elif outer.screen and not args.agent:  # not through clowder-control
+    elif outer.screen:  # through clowder-control too: it passes the Attach's fields on
         session.history_lines = max(0, args.history)
     signal.signal(signal.SIGWINCH, lambda *_: setattr(session, "resized", True))
     old_wakeup = signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
