@@ -656,19 +656,24 @@ def test_vim_detach_and_reattach(host, attach):
         assert f.read() == "hello from vim\n second line\n"
 
 
+def history_then_repaint(a: Attach, first: bytes, last: bytes) -> None:
+    """``first`` (a line long scrolled off) in the history, then the repaint with
+    ``last`` on the screen; then detach."""
+    a.expect(first + b"\r\n", what="a line long scrolled off, in the history")
+    a.expect(b"\x1b[?2026h", what="the repaint after the history")
+    a.expect(last, what="the screen's last line in the repaint")
+    a.wait_raw()
+    a.type(DETACH)
+    assert a.finish() == 0
+
+
 def test_recent_history_goes_into_the_terminal_scrollback(host, attach):
     """Lines that scrolled off the screen long ago reach the client's own scrollback
     before the repaint (which only covers the visible screen)."""
     sid = host.spawn("sh", "-c", "for i in $(seq 1 300); do echo line-$i; done; "
                      "exec sleep 100000", size="80x24")
     wait_for(lambda: b"line-300" in host.backlog(sid), 10, "the program's output")
-    a = attach(sid, cols=80, rows=24)
-    a.expect(b"line-1\r\n", what="a line long scrolled off, in the history")
-    a.expect(b"\x1b[?2026h", what="the repaint after the history")
-    a.expect(b"line-300", what="the screen's last line in the repaint")
-    a.wait_raw()
-    a.type(DETACH)
-    assert a.finish() == 0
+    history_then_repaint(attach(sid, cols=80, rows=24), b"line-1", b"line-300")
     b = attach(sid, "--history", "0", cols=80, rows=24)
     b.expect(b"line-300", what="the repaint")
     assert b"line-1\r" not in bytes(b.out), "--history 0 still sent history"

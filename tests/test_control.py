@@ -258,7 +258,7 @@ def test_attach_to_an_agent_puts_its_history_in_the_scrollback(host, control):
     """`attach --agent` asks for the scrollback with its Attach, as a session's attach
     does, and clowder-control passes it on: lines long scrolled off come before the
     repaint (GetHistory was never relayed: an agent's attach had none)."""
-    from test_attach import DETACH, Attach
+    from test_attach import Attach, history_then_repaint
     control.write_config("agents:\n" + agent_yaml(
         "hist", ["sh", "-c", "for i in $(seq 1 80); do echo agent-line-$i; done; "
                  "echo agent-done; exec sleep 100000"], control.workdir))
@@ -267,12 +267,7 @@ def test_attach_to_an_agent_puts_its_history_in_the_scrollback(host, control):
     wait_for(lambda: b"agent-done" in host.backlog(sid), 15, "the agent's output")
     a = Attach(host, "hist", "--agent", cols=80, rows=24)
     try:
-        a.expect(b"agent-line-1\r\n", what="a line long scrolled off, in the history")
-        a.expect(b"\x1b[?2026h", what="the repaint after the history")
-        a.expect(b"agent-done", what="the screen's last line in the repaint")
-        a.wait_raw()
-        a.type(DETACH)
-        assert a.finish() == 0
+        history_then_repaint(a, b"agent-line-1", b"agent-done")
     finally:
         a.close()
 
