@@ -690,19 +690,24 @@ def test_attach_shows_each_line_once_in_scrollback_and_screen(host, attach):
     (History fetched apart from the repaint put the screen's rows in both, and lost
     or doubled what scrolled off between the two.)"""
     from ptyhostd.screen_ghostty import GhosttyScreen
-    sid = host.spawn("sh", "-c", "i=0; while [ $i -lt 300 ]; do i=$((i+1)); echo line-$i; "
-                     "done; while [ $i -lt 500 ]; do i=$((i+1)); echo line-$i; sleep 0.002; "
-                     "done; exec sleep 100000", size="80x24")
+    last = 20000  # printed after "go" as fast as sh can: ~0.5 s, while the attach is made
+    sid = host.spawn("sh", "-c", "stty -echo; i=0; while [ $i -lt 300 ]; do i=$((i+1)); "
+                     f"echo line-$i; done; read go; while [ $i -lt {last} ]; do "
+                     "i=$((i+1)); echo line-$i; done; exec sleep 100000", size="80x24")
     wait_for(lambda: b"line-300" in host.backlog(sid), 10, "the program's first lines")
+    host.ctl("send", sid, "go\r")
     a = attach(sid, cols=80, rows=24, separate_stderr=True)
-    a.expect(b"line-500\r\n", timeout=30, what="the program's last line")
-    screen = GhosttyScreen(80, 24)
+    a.expect(b"line-%d\r\n" % last, timeout=30, what="the program's last line")
+    screen = GhosttyScreen(80, 24, scrollback=4 * last)  # room for all it was sent
     screen.feed(bytes(a.out))
-    numbers = [int(line[5:]) for line in screen.history_lines(10_000)
+    numbers = [int(line[5:]) for line in screen.history_lines(4 * last)
                if line.startswith("line-")]
-    assert numbers == list(range(1, 501)), \
+    # From the first line of the history to the last, each once: the history's 500
+    # lines at least, or all from 1.
+    assert numbers and numbers == list(range(numbers[0], last + 1)), \
         f"lines out of order, missing or twice: {[n for n in numbers if numbers.count(n) > 1][:5]} " \
-        f"twice, {sorted(set(range(1, 501)) - set(numbers))[:5]} missing"
+        f"twice, {sorted(set(range(numbers[0] if numbers else 1, last + 1)) - set(numbers))[:5]} missing"
+    assert numbers[0] == 1 or len(numbers) >= 500, f"the history began at line {numbers[0]}"
     a.wait_raw()
     a.type(DETACH)
     assert a.finish() == 0
