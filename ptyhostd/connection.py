@@ -351,7 +351,8 @@ class Connection(asyncio.Protocol):
                                    "bad-request")
             s = self._session(msg.session)
             keep = await s.history(msg.lines, P.MAX_DATA, ansi=msg.format == "ansi")
-            self.send(P.SnapshotData(data="\n".join(keep).encode() + b"\n" * bool(keep)))
+            from .history import as_text  # at first use: not imported before serving
+            self.send(P.SnapshotData(data=as_text(keep)))
         elif isinstance(msg, P.UpgradeCheck):
             # Each check starts a process as the host's user: not for anyone to loop.
             if self.uid not in (0, self.host.uid):

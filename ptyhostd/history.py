@@ -27,6 +27,11 @@ def text_lines(raw: bytes, cut: bool = False, keep: int | None = None,
     return lines
 
 
+def as_text(lines: list[str]) -> bytes:
+    """History lines as a SnapshotData carries them: one line each, newline-ended."""
+    return "\n".join(lines).encode() + b"\n" * bool(lines)
+
+
 def fit(lines: list[str], budget: int) -> list[str]:
     """The last of ``lines`` whose UTF-8 text, one line each, fits in ``budget`` bytes;
     a last line longer than that on its own gives its end (a program that printed

@@ -131,14 +131,14 @@ EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
 _TASKS: set = set()  # resync repaints and compressions under way (a task must be referenced)
 
 
-def painted(screen) -> tuple:
-    """(repaint bytes, then the held tail) of a model: run in the screen pool."""
-    return screen.repaint() + screen.pending, screen.cols, screen.rows
-
-
 def painted_vt(screen) -> bytes:
-    """The repaint bytes alone (``painted``'s first part): run in the screen pool."""
+    """A model's repaint bytes, then its held tail: run in the screen pool."""
     return screen.repaint() + screen.pending
+
+
+def painted(screen) -> tuple:
+    """``painted_vt``, and the size it was painted at: run in the screen pool."""
+    return painted_vt(screen), screen.cols, screen.rows
 
 
 def viewed(screen, cols: int, rows: int) -> bytes:
@@ -201,12 +201,12 @@ class Attachment:
         from the same look at the model as the screen (Attach.history)."""
         sized = self.sized_to_session()
         if history > 0:
+            from .history import as_text
             paint = painted_vt if sized else functools.partial(viewed, cols=self.size[0],
                                                                 rows=self.size[1])
             lines, painted, self.pos = await self.session.scrollback_and(
                 paint, history, protocol.MAX_DATA, ansi)
-            self.conn.send(protocol.SnapshotData(
-                data="\n".join(lines).encode() + b"\n" * bool(lines)))
+            self.conn.send(protocol.SnapshotData(data=as_text(lines)))
         elif sized:
             painted, self.pos = await self.session.repaint()
         else:
