@@ -4,14 +4,22 @@ service's messages in a file of its own.  Every name is also here, flat
 (``import clowder_wire as wire; wire.encode(wire.Hello(...))``): every kind must be
 registered before a frame can be decoded, so importing one file alone would not do.
 
+The framing, the handshake and the PTY host's messages are imported with the package;
+the other services' files (control, streams, files, vcs: frame.LAZY_BLOCKS) at first
+use: the first of their names asked for here (or ``KINDS``, the whole table) loads all
+four, and a frame of one of their kinds loads its file before it is checked.  A command
+that speaks only to the PTY host, as attach's first paint, does not load them (~0.5 ms
+of its start).
+
 This package imports nothing of clowder's programs (tests/test_layering.py).
 """
 
 from .frame import (
-    PROTOCOL_VERSION, MAX_FRAME, MAX_DATA, HEADER, JSON_LEN, KINDS, ProtocolError,
+    PROTOCOL_VERSION, MAX_FRAME, MAX_DATA, HEADER, JSON_LEN, ProtocolError,
     Message, register, fields_of, encode, check_header, decode, data_of, read_message,
     FrameReader,
 )
+from . import frame as _frame
 from .handshake import (
     refuse_hello, Hello, Welcome, Error,
 )
@@ -22,22 +30,6 @@ from .host import (
     GetHistory, GetExport, Ok, SessionInfo, SessionList, Output, Exited, Attached,
     CheckReport, SnapshotData, InputAck, ExportHead, EVENT_KINDS, WatchEvents, Event,
 )
-from .control import (
-    AgentUp, AgentDown, AgentRestart, GetStatus, AgentInfo, StatusReport, MAX_LOG_LINES,
-    GetLogs, LogEntries, WatchAgentEvents, AgentEvent,
-)
-from .streams import (
-    STREAM_WINDOW, STREAM_CHUNK, MAX_STREAMS, SERVICES, OpenStream, StreamOpened,
-    StreamData, StreamAck, StreamClose,
-)
-from .files import (
-    FileList, FileRead, FileWrite, FileWatch, FileUnwatch, FileListing, FileData,
-    FileEvents,
-)
-from .vcs import (
-    VcsStatus, VcsDiff, VcsLog, VcsReport,
-)
-
 # The union of the files' __all__ (tests/test_layering.py checks it).
 __all__ = [
     "PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
@@ -57,3 +49,14 @@ __all__ = [
     "FileWatch", "FileUnwatch", "FileListing", "FileData", "FileEvents", "VcsStatus",
     "VcsDiff", "VcsLog", "VcsReport",
 ]
+
+
+def __getattr__(name: str):
+    """A name of a file loaded at first use (PEP 562: asked only for names not yet
+    here): all of them are loaded, then it is an ordinary global of the package."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for module in _frame.load_blocks():
+        globals().update((n, getattr(module, n)) for n in module.__all__)
+    globals()["KINDS"] = _frame.KINDS  # now complete
+    return globals()[name]

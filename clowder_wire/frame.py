@@ -44,6 +44,9 @@ JSON_LEN = struct.Struct("!I")
 MAX_DATA = MAX_FRAME - 64 * 1024
 
 KINDS: dict[int, type["Message"]] = {}  # every registered message class by its kind
+# The blocks of kinds (kind // 100) whose files are loaded at first use, not with the
+# package (clowder_wire/__init__.py): a frame of one of them loads its file first.
+LAZY_BLOCKS = {4: "control", 5: "streams", 6: "files", 7: "vcs"}
 _MISSING = object()
 _BASE_TYPES = {"int": int, "str": str, "bool": bool, "bytes": bytes, "list": list,
                "dict": dict, "float": float}
@@ -114,6 +117,23 @@ def register(cls):
     return cls
 
 
+def load_blocks(*blocks: int) -> list:
+    """The files of ``blocks`` (all of LAZY_BLOCKS when none is given), imported: their
+    messages are then in KINDS."""
+    from importlib import import_module
+    return [import_module(f"{__package__}.{LAZY_BLOCKS[b]}") for b in blocks or LAZY_BLOCKS]
+
+
+def _class_of(kind: int):
+    """The message class of ``kind``, its file loaded if it is in a lazy block; None if
+    there is no such kind."""
+    cls = KINDS.get(kind)
+    if cls is None and kind // 100 in LAZY_BLOCKS:
+        load_blocks(kind // 100)
+        cls = KINDS.get(kind)
+    return cls
+
+
 def fields_of(cls) -> list:
     """(name, base type, optional, has default) for each field of a message class."""
     return [(name, typ, optional, default is not _MISSING)
@@ -177,7 +197,7 @@ def check_header(header: bytes) -> tuple[int, int]:
     if length > MAX_FRAME:
         raise ProtocolError(f"frame of {length} bytes exceeds the maximum of {MAX_FRAME}",
                             "oversize")
-    if kind not in KINDS:
+    if _class_of(kind) is None:
         raise ProtocolError(f"unknown message kind {kind}", "unknown-kind")
     if length < JSON_LEN.size:
         raise ProtocolError(f"frame of kind {kind} is too short ({length} bytes)", "truncated")
@@ -186,7 +206,7 @@ def check_header(header: bytes) -> tuple[int, int]:
 
 def decode(kind: int, payload: bytes) -> Message:
     """The message of ``kind`` carried by ``payload``; raises ProtocolError if invalid."""
-    cls = KINDS.get(kind)
+    cls = _class_of(kind)
     if cls is None:
         raise ProtocolError(f"unknown message kind {kind}", "unknown-kind")
     if len(payload) < JSON_LEN.size:

@@ -130,9 +130,42 @@ def test_attach_draws_before_importing_the_command_line():
     command line and the commands)."""
     code = ("import sys; import ctl.__main__; "
             "print(sorted(m for m in ('re', 'json', 'enum', 'socket', 'signal', 'argparse', "
-            "'selectors', 'ctl.cli', 'ctl.client', 'ctl.commands', 'dataclasses', 'typing') "
-            "if m in sys.modules))")
+            "'selectors', 'ctl.cli', 'ctl.client', 'ctl.commands', 'dataclasses', 'typing', "
+            "'clowder_wire.control', 'clowder_wire.streams', 'clowder_wire.files', "
+            "'clowder_wire.vcs') if m in sys.modules))")
     assert python(code) == "[]"
+
+
+LAZY_WIRE = ["clowder_wire.control", "clowder_wire.files", "clowder_wire.streams",
+             "clowder_wire.vcs"]
+
+
+@pytest.mark.parametrize("first_use", ["frame", "name", "KINDS", "import"])
+def test_the_other_services_messages_load_at_first_use(first_use):
+    """The wire package loads the control plane's, streams', files' and VCS's messages
+    when first needed (clowder_wire/__init__.py): a frame of one of their kinds decodes
+    in a program that never named them, and any of their names, or KINDS, is there."""
+    import clowder_wire as P
+    frame = P.encode(P.GetStatus()) + P.encode(P.VcsStatus(agent="a"))
+    use = {"frame": f"print([type(m).__name__ for m in "
+                    f"P.FrameReader().feed(bytes.fromhex('{frame.hex()}'))])",
+           "name": "print(P.GetStatus.KIND, P.VcsReport.KIND)",
+           "KINDS": "print(len(P.KINDS))",
+           "import": "from clowder_wire import StreamOpened, MAX_LOG_LINES; "
+                     "print(StreamOpened.KIND, MAX_LOG_LINES)"}[first_use]
+    code = ("import sys, clowder_wire as P\n"
+            "loaded = lambda: sorted(m for m in sys.modules if m in {lazy})\n"
+            "print(loaded())\n{use}\nprint(loaded())").format(lazy=LAZY_WIRE, use=use)
+    before, answer, after = python(code).splitlines()
+    assert before == "[]"
+    assert answer == {"frame": "['GetStatus', 'VcsStatus']",
+                      "name": f"{P.GetStatus.KIND} {P.VcsReport.KIND}",
+                      "KINDS": str(len(P.KINDS)),
+                      "import": f"{P.StreamOpened.KIND} {P.MAX_LOG_LINES}"}[first_use]
+    assert after == str(LAZY_WIRE if first_use != "frame" else
+                        ["clowder_wire.control", "clowder_wire.vcs"])
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchMessage'"):
+        P.NoSuchMessage
 
 
 def test_the_host_starts_without_a_screen_model():
