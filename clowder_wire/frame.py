@@ -18,9 +18,11 @@ would misread; adding an optional field or a new kind does not need a bump.
 Messages are plain classes (fields declared as annotations, defaults as class
 attributes), not dataclasses: generating ~60 dataclasses cost ~20 ms of every clowder
 program's start (docs/design.md, "the wire package").  For the same reason the json
-module is imported when a JSON part is first decoded, not with this package: it imports
-re, ~8 ms of a start here, and attach's first paint needs no JSON decoded at all
-(ctl/firstpaint.py).  Flat objects, most requests, are encoded without it.
+module is not imported with this package (it imports re, ~4-8 ms of a start here):
+flat objects, most frames, are encoded here (``_dumps``, byte for byte json.dumps),
+and every JSON part is decoded by json's own C scanner (``_loads``); only a nested
+object to encode imports json.  Attach's first paint and `clowderctl ps` import
+neither (ctl/firstpaint.py).
 """
 
 from __future__ import annotations
@@ -161,16 +163,44 @@ def _dumps(obj: dict) -> bytes:
     return ("{" + ",".join(parts) + "}").encode()
 
 
+class _Decoding:
+    """What json's C scanner reads off its decoder (json.decoder.JSONDecoder's defaults)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                      "NaN": float("nan")}.__getitem__
+    memo: dict = {}
+
+
+try:  # the C scanner json.loads itself runs, without json's imports (re: ~4 ms here)
+    from _json import make_scanner as _make_scanner
+    _scan = _make_scanner(_Decoding())
+except ImportError:  # an interpreter without the accelerator: json.loads below
+    _scan = None
+_WHITESPACE = " \t\n\r"  # JSON's own (RFC 8259): nothing else may stand around a value
+
+
 def _loads(text: bytes):
-    """json.loads, importing json the first time a JSON part is decoded."""
-    global _json_loads
-    if _json_loads is None:
+    """``json.loads(text)`` for UTF-8 text (a frame's JSON part is UTF-8: a byte-order
+    mark or UTF-16 is refused here where json.loads would guess): the same value, and a
+    ValueError wherever it raises one.  Through json's C scanner, so json and re are not
+    imported (attach's first paint and ps never import them)."""
+    if _scan is None:
         import json
-        _json_loads = json.loads
-    return _json_loads(text)
-
-
-_json_loads = None
+        return json.loads(text.decode())
+    s = text.decode()  # strict: a UnicodeDecodeError is a ValueError
+    start = len(s) - len(s.lstrip(_WHITESPACE))
+    try:
+        value, end = _scan(s, start)
+    except StopIteration as exc:  # the scanner's "no value here"
+        raise ValueError(f"Expecting value: char {exc.value}") from None
+    if s[end:].strip(_WHITESPACE):
+        raise ValueError(f"Extra data: char {end}")
+    return value
 
 
 def encode(msg: Message) -> bytes:

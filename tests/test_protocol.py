@@ -202,6 +202,35 @@ def test_json_parts_are_what_json_dumps_writes(obj):
     assert json.dumps(_loads(want), separators=(",", ":")).encode() == want
 
 
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(
+    st.recursive(json_values | st.floats(),
+                 lambda inner: st.lists(inner, max_size=4)
+                 | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=12)
+    .map(lambda v: json.dumps(v, indent=None)),  # well formed, every kind of value
+    st.text(alphabet=' \t\n\r\x0c{}[]",:0123456789.eE+-\\ntrufalsNIy\u00e9\ud800',
+            max_size=20),  # mostly malformed
+    st.sampled_from(['  {"a": 1} ', '{"a":1}{', '[1,]', '01', '"\\ud800"', 'NaN', '-Infinity',
+                     '1e400', '"\\u00e9"', '\x0c{}', '{"a":1}\x0c', '', ' ', '"a\tb"', '1' * 5000]),
+))
+def test_json_parts_decode_as_json_loads_does(text):
+    """frame._loads (json's C scanner, without importing json) gives json.loads's value
+    for every UTF-8 text, and a ValueError wherever json.loads raises one."""
+    from clowder_wire.frame import _loads
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate in the text itself: not UTF-8
+        data = text.encode("utf-8", "surrogatepass")
+    try:
+        want = json.loads(data)
+    except ValueError as exc:
+        with pytest.raises(ValueError):
+            _loads(data)
+        return
+    got = _loads(data)
+    assert json.dumps(got) == json.dumps(want)  # NaN != NaN: compare as written
+
+
 def test_frames_split_without_decoding():
     """FrameReader.frames gives (kind, payload) as feed would decode them, and data_of
     the raw part, across any cut of the stream (ctl/firstpaint.py reads these)."""
