@@ -21,7 +21,7 @@ from clowder_common import __version__
 
 from . import deadline, exits
 # Re-exported: ctl's modules ask the client where the daemons are.
-from .sockets import default_control_socket, default_socket  # noqa: F401
+from .paths import default_control_socket, default_socket  # noqa: F401
 from .transport import Remote, SshTransport
 
 # Requests whose answer comes when an event happens, not when the daemon gets to it.

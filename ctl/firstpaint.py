@@ -34,7 +34,7 @@ from clowder_common import __version__
 
 from . import deadline
 from .outer import OuterTerminal, write_all
-from .sockets import default_socket
+from .paths import after_socket, default_socket
 
 # attach's defaults (ctl/commands/attach.py's options): the plain command line has these.
 HISTORY_LINES = 500
@@ -84,12 +84,11 @@ def history_block(history: bytes, rows: int) -> bytes:
 
 def plain_attach(argv: list[str]) -> tuple[str | None, str] | None:
     """(the --socket given or None, ID) for `[--socket PATH] attach ID`, else None."""
-    path = None
-    if len(argv) == 4 and argv[0] == "--socket":
-        path, argv = argv[1], argv[2:]
-    elif len(argv) == 3 and argv[0].startswith("--socket="):
-        path, argv = argv[0][len("--socket="):], argv[1:]
-    if len(argv) != 2 or argv[0] != "attach" or path == "":
+    form = after_socket(argv)
+    if form is None:
+        return None
+    path, argv = form
+    if len(argv) != 2 or argv[0] != "attach":
         return None
     session = argv[1]
     if not session or session.startswith("-") or ":" in session:

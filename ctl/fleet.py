@@ -19,9 +19,9 @@ import time
 
 from . import deadline, exits
 from .client import ClientError, UsageError, default_control_socket, default_socket
+from .paths import CONFIG_ENV, config_path
 from .transport import Remote, end_all
 
-CONFIG_ENV = "CLOWDER_CLIENT_CONFIG"
 LOCAL = "local"
 # A fleet's deadline when neither --timeout nor $CLOWDER_TIMEOUT gives one: a person
 # looking at many hosts wants the ones that answer now, and the others named as not.
@@ -33,14 +33,6 @@ GRACE = 0.5
 
 class ConfigError(UsageError):
     """The client configuration file cannot be read or is not what it should be."""
-
-
-def config_path() -> str:
-    given = os.environ.get(CONFIG_ENV)
-    if given:
-        return given
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
-    return os.path.join(base, "clowder", "client.yaml")
 
 
 def configured_hosts() -> list[str] | None:

@@ -13,15 +13,17 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
 
 import pytest
 
-from conftest import PYTHON, ROOT, wait_for
+from conftest import PYTHON, ROOT, poll, wait_for
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
 
 # The statuses scripts rely on, spelled out: a change to ctl/py must fail here.
@@ -221,6 +223,81 @@ def test_vcs_status_and_log_json(host, control, workdir):  # noqa: F811
     [commit] = out["commits"]
     assert set(commit) == {"commit", "author", "date", "subject"}, commit
     assert commit["subject"] == "first commit" and commit["author"] == "T", commit
+
+
+# --- ps before the imports (ctl/quickps.py) --------------------------------------------
+
+# Runs clowderctl's entry point with the arguments after -c and, as it exits (the full
+# path ends in sys.exit), names the command-line modules that were imported: none when
+# ps was answered before them.
+QUICK_PROBE = ("import atexit, sys\n"
+               "atexit.register(lambda: print('IMPORTED', sorted(x for x in ('argparse', 're', "
+               "'json', 'socket', 'ctl.cli', 'ctl.client', 'ctl.commands') "
+               "if x in sys.modules), flush=True))\n"
+               "import ctl.__main__ as m\n"
+               "sys.exit(m.main(sys.argv[1:]))")
+
+
+def quick_ps(host, *args) -> tuple[str, str]:
+    """(what `clowderctl --socket S ps ARGS` printed, the modules it imported)."""
+    out = host.run([PYTHON, "-c", QUICK_PROBE, "--socket", host.socket, "ps", *args]
+                   ).stdout.decode()
+    table, _, imported = out.rpartition("IMPORTED ")
+    return table, imported.strip()
+
+
+def test_plain_ps_is_answered_before_the_command_line_as_the_full_path_answers(host):
+    """`ps`, `ps -a` and `ps --all` are answered before argparse, json, socket and the
+    command line are imported, and print what the full path prints (taken here by
+    giving --timeout, which the quick path leaves to it): running, exited and killed
+    sessions alike."""
+    running = host.spawn("cat")
+    exited = ended_with(host, 3)
+    killed = host.spawn("cat")
+    host.ctl("kill", killed)
+    wait_for(lambda: host.ps()[killed]["state"] != "running", 15, "the killed session to end")
+    for opts in (["-a"], ["--all"], []):
+        def same() -> bool:
+            table, imported = quick_ps(host, *opts)
+            assert imported == "[]", f"ps {opts} imported {imported}"
+            full = host.ctl("--timeout", "20", "ps", *opts).stdout.decode()
+            same.last = (table, full)
+            return table == full
+        # Another test's session may end between the two listings: they agree once it did.
+        assert poll(same, 15, 0.05), \
+            "the quick and the full `ps {}` disagree:\n{}\n{}".format(" ".join(opts), *same.last)
+        if opts:
+            rows = {line.split()[0]: line.split() for line in same.last[0].splitlines()[1:]}
+            assert rows[running][4] == "running" and rows[exited][4:6] == ["exited", "3"], rows
+            assert rows[killed][4] != "running", rows
+
+
+def test_quick_ps_leaves_a_fleet_and_its_errors_to_the_full_path(host):
+    """With a client configuration (its hosts: make ps a fleet; named by
+    $CLOWDER_CLIENT_CONFIG or found at its default place), a socket where nothing
+    listens, or a bad $CLOWDER_TIMEOUT, the quick path prints nothing and the full path
+    answers as before, with its own messages and exit statuses."""
+    home = tempfile.mkdtemp(prefix="clowder-quickps-", dir="/var/tmp")  # the user's too
+    try:
+        os.makedirs(f"{home}/clowder")
+        with open(f"{home}/clowder/client.yaml", "w") as f:
+            f.write("hosts: [local]\n")
+        for path in (home, f"{home}/clowder", f"{home}/clowder/client.yaml"):
+            os.chmod(path, 0o755)
+        for config in ({"CLOWDER_CLIENT_CONFIG": f"{home}/clowder/client.yaml"},
+                       {"XDG_CONFIG_HOME": home}):
+            fleet = host.run([PYTHON, "-c", QUICK_PROBE, "ps"], check=False,
+                             env={**host.env, **config, "CLOWDER_SOCKET": host.socket})
+            assert fleet.returncode == OK, fleet
+            assert b"'argparse'" in fleet.stdout, fleet.stdout  # the full path ran
+            assert fleet.stdout.startswith(b"id "), fleet.stdout
+    finally:
+        shutil.rmtree(home)
+    nowhere = host.run([PYTHON, "-c", QUICK_PROBE, "--socket", NOWHERE, "ps"], check=False)
+    assert nowhere.returncode == UNREACHABLE and b"nothing listens at" in nowhere.stderr
+    bad = host.run([PYTHON, "-c", QUICK_PROBE, "--socket", host.socket, "ps"], check=False,
+                   env={**host.env, "CLOWDER_TIMEOUT": "soon"})
+    assert bad.returncode == USAGE and b"CLOWDER_TIMEOUT" in bad.stderr, bad
 
 
 # --- no daemon needed ------------------------------------------------------------------

@@ -136,6 +136,16 @@ def test_attach_draws_before_importing_the_command_line():
     assert python(code) == "[]"
 
 
+def test_ps_is_answered_before_importing_the_command_line():
+    """What `clowderctl ps` rests on (ctl/quickps.py): the entry point and what it
+    imports to answer stay clear of the command line's costly modules, json's re too."""
+    code = ("import sys; import ctl.__main__, ctl.quickps; "
+            "print(sorted(m for m in ('re', 'json', 'enum', 'socket', 'signal', 'argparse', "
+            "'selectors', 'ctl.cli', 'ctl.client', 'ctl.commands', 'ctl.firstpaint', "
+            "'dataclasses', 'typing', 'clowder_wire.control') if m in sys.modules))")
+    assert python(code) == "[]"
+
+
 LAZY_WIRE = ["clowder_wire.control", "clowder_wire.files", "clowder_wire.streams",
              "clowder_wire.vcs"]
 

@@ -223,7 +223,7 @@ def test_json_parts_decode_as_json_loads_does(text):
         data = text.encode("utf-8", "surrogatepass")
     try:
         want = json.loads(data)
-    except ValueError as exc:
+    except ValueError:
         with pytest.raises(ValueError):
             _loads(data)
         return

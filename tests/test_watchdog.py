@@ -194,3 +194,28 @@ def test_attach_to_a_frozen_host_gives_up_at_one_deadline(host):
     assert b"clowder-ptyhost is not answering" in err, err
     # One deadline (3 s) and Python's start, not two deadlines.
     assert took < 3 + 2.5, f"attach gave up after {took:.1f} s (deadline 3 s)"
+
+
+def test_ps_to_a_frozen_host_gives_up_at_one_deadline_in_the_full_paths_words(host):
+    """`clowderctl ps` asks before the rest of clowderctl is loaded (ctl/quickps.py): a
+    frozen host is told once, at one deadline, with the full path's message and status
+    (the full path taken here by giving --timeout).  Both within the watchdog's 10 s,
+    which would replace the frozen host."""
+    sid, _pid, _mark = counting_session(host)
+    old = host.main_pid()
+    saved = host.env
+    host.env = {**saved, "CLOWDER_TIMEOUT": "2"}
+    try:
+        with frozen(old):
+            t0 = time.monotonic()
+            quick = host.ctl("ps", check=False, timeout=30)
+            took = time.monotonic() - t0
+            full = host.ctl("--timeout", "2", "ps", check=False, timeout=30)
+    finally:
+        host.env = saved
+    assert quick.returncode == full.returncode == TIMEOUT_EXIT, (quick, full)
+    assert quick.stderr == full.stderr == (
+        f"clowderctl ps: clowder-ptyhost is not answering at {host.socket}: no reply "
+        f"within 2 s\n").encode(), (quick.stderr, full.stderr)
+    assert took < 2 + 2.5, f"ps gave up after {took:.1f} s (deadline 2 s)"
+    assert sid in host.ps()

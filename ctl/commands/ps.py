@@ -2,14 +2,12 @@
 seen (this listing, `wait` or an attach shows it); --all: every ended one kept too."""
 
 import json
-import time
 
 import clowder_wire as protocol
 
 from ..client import Client
+from ..pstable import COLUMNS, oldest_first, print_table, row
 from ..text import shown
-
-COLUMNS = ("id", "name", "pid", "unit", "state", "exit", "size", "created")
 
 
 EPILOG = """\
@@ -39,34 +37,11 @@ def add_parser(sub):
     p.set_defaults(run=run)
 
 
-def exit_text(s: dict) -> str:
-    if s.get("ended_by"):  # "reboot": a session of a previous boot, its last screen kept
-        return s["ended_by"]
-    if s.get("signal") is not None:
-        return f"sig{s['signal']}"
-    return "" if s.get("exit_code") is None else str(s["exit_code"])
-
-
 def sessions_of(target, all_: bool) -> list[dict]:
     """The sessions the PTY host at ``target`` lists, oldest first."""
     with Client(target) as c:
         sessions = c.request(protocol.ListSessions(all=all_), protocol.SessionList).sessions
-    sessions.sort(key=lambda s: s.get("created", 0))
-    return sessions
-
-
-def row(s: dict) -> tuple:
-    # Escaped: a name from an old manifest or another host may hold controls.
-    return tuple(shown(v) for v in (
-        s["id"], s["name"], str(s["pid"] or "-"), s["unit"], s["state"], exit_text(s),
-        f"{s['cols']}x{s['rows']}",
-        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"]))))
-
-
-def print_table(rows: list[tuple]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return oldest_first(sessions)
 
 
 def run(args) -> int:

@@ -1,0 +1,101 @@
+"""`clowderctl ps`, answered before the rest of clowderctl is imported.
+
+`tmux ls` takes ~2 ms here; `clowderctl ps` took the interpreter's start (~9 ms) and as
+much again importing the command line (argparse, re, json, socket and its enums, the
+client) before it asked (docs/bench.md, 7).  For the plain command line, `ps`, `ps -a`
+or `ps --all` (also after `--socket PATH`) with no client configuration (whose hosts:
+would make it a fleet), this module asks and prints the same table the full path does
+(ctl/pstable.py), importing only what the interpreter has built in or loads cheaply:
+_socket, the wire package (which decodes without json), the table.
+
+Anything else -- another command line, a client configuration, a refused connection or
+a full listen backlog, an Error, an answer it does not expect -- and it prints nothing:
+the full path runs from the start, so every message and exit status is its own.  A host
+that does not answer within the deadline is reported here, in the full path's words
+(ctl/client.py), rather than waited for a second time.
+"""
+
+import _socket
+import os
+import sys
+
+import clowder_wire as P
+from clowder_common import __version__
+
+from . import deadline, exits
+from .paths import after_socket, config_path, default_socket
+from .pstable import COLUMNS, oldest_first, print_table, row
+
+DAEMON = "clowder-ptyhost"  # as the full path names it (client.daemon_of)
+
+
+def plain_ps(argv: list[str]) -> tuple[str | None, bool] | None:
+    """(the --socket given or None, --all) for `[--socket PATH] ps [-a|--all]`, else
+    None."""
+    form = after_socket(argv)
+    if form is None:
+        return None
+    path, rest = form
+    if rest == ["ps"]:
+        return path, False
+    if rest in (["ps", "-a"], ["ps", "--all"]):
+        return path, True
+    return None
+
+
+def attempt(argv: list[str]) -> int | None:
+    """ps's exit status once it has printed the table (or said the host did not answer),
+    or None: nothing printed, the full path is to run (see the module's docstring)."""
+    form = plain_ps(argv)
+    if form is None or os.environ.get("CLOWDER_CLIENT_CONFIG") \
+            or os.path.exists(config_path()):
+        return None
+    try:
+        seconds = deadline.seconds()
+    except ValueError:
+        return None  # a bad $CLOWDER_TIMEOUT: the full path's usage error
+    path = form[0] or default_socket()
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    greeted = False
+    try:
+        sock.settimeout(seconds)
+        sock.connect(path)
+        sock.sendall(
+            P.encode(P.Hello(version=P.PROTOCOL_VERSION, client=f"clowderctl {__version__}"))
+            + P.encode(P.ListSessions(all=form[1])))
+        reader, frames = P.FrameReader(), []
+        while len(frames) < 2:
+            data = sock.recv(1 << 16)
+            if not data:
+                return None
+            frames += reader.frames(data)
+            if not greeted and frames[:1] and frames[0][0] == P.Welcome.KIND:
+                greeted = True  # the full path's clock for the reply starts here
+                sock.settimeout(seconds)
+    except TimeoutError:
+        return _not_answering(path, seconds)
+    except (OSError, P.ProtocolError):
+        return None  # refused, a full backlog, reset, not a clowder socket: the full path
+    finally:
+        sock.close()
+    if [kind for kind, _ in frames[:2]] != [P.Welcome.KIND, P.SessionList.KIND]:
+        return None  # an Error (a version it does not speak ...): the full path says
+    try:
+        sessions = P.decode(*frames[1]).sessions
+        rows = [COLUMNS] + [row(s) for s in oldest_first(sessions)]
+    except (P.ProtocolError, KeyError, TypeError, ValueError, AttributeError):
+        return None  # not what a host sends: the full path reports it
+    try:
+        print_table(rows)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `clowderctl ps | head -1`: as the full path, not an error
+        return exits.OK
+    return exits.OK
+
+
+def _not_answering(path: str, seconds: float) -> int:
+    from .client import NotAnswering, not_answering
+    from .text import shown
+    exc = NotAnswering(not_answering(DAEMON, f"at {path}", seconds))
+    print(f"clowderctl ps: {shown(exc, lines=True)}", file=sys.stderr)
+    return exc.exit_code
