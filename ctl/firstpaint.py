@@ -6,7 +6,8 @@ importing (argparse, re, json, socket and its enums, the command table) before t
 byte was asked for, then two connections (the history, then the attach).  For the plain
 command line, `attach ID` (also after `--socket PATH`), this module asks first and
 imports afterwards: one connection, with Hello and Attach (which asks for the history
-too) sent in one write; once Attached, the history and the repaint's first frame have
+too) sent in one write (for `attach` with no ID, Hello and a ListSessions first, and
+the Attach for the session the full path would choose: ``newest_running``); once Attached, the history and the repaint's first frame have
 come, the terminal is put in raw mode and the banner, the history and the repaint are
 drawn, exactly as the full path draws them (the shared helpers below).  Only then does the command line run as always
 (ctl/cli.py), and attach (ctl/commands/attach.py) takes the connection over from
@@ -54,7 +55,8 @@ class Opened:
     def __init__(self, sock, path: str, session: str, size: tuple[int, int], token: str):
         self.sock = sock  # a _socket.socket, blocking
         self.path = path
-        self.session = session  # the ID as given
+        self.session = session  # the ID as given, or the one chosen (_choose)
+        self.chose = False  # True: no ID was given, ``session`` is the newest running
         self.size = size  # what the Attach asked for
         self.token = token  # the input stream's token the Attach carried
         self.reader = P.FrameReader()  # holds any partial frame read
@@ -82,18 +84,30 @@ def history_block(history: bytes, rows: int) -> bytes:
     return history.replace(b"\n", b"\r\n") + b"\r\n" * rows
 
 
-def plain_attach(argv: list[str]) -> tuple[str | None, str] | None:
-    """(the --socket given or None, ID) for `[--socket PATH] attach ID`, else None."""
+def plain_attach(argv: list[str]) -> tuple[str | None, str | None] | None:
+    """(the --socket given or None, ID or None) for `[--socket PATH] attach [ID]`, else
+    None."""
     form = after_socket(argv)
     if form is None:
         return None
     path, argv = form
+    if argv == ["attach"]:
+        return path, None  # the newest running session (newest_running)
     if len(argv) != 2 or argv[0] != "attach":
         return None
     session = argv[1]
     if not session or session.startswith("-") or ":" in session:
         return None  # an option, or HOST:ID / agent:NAME (the full path sorts them)
     return path, session
+
+
+def newest_running(sessions: list[dict], uid: int, inside: str | None) -> str | None:
+    """What `attach` with no ID attaches to, as tmux attaches the most recent: the id of
+    the newest running session of ``uid`` that is not ``inside`` (the one the caller
+    runs in); None if there is none."""
+    mine = [s for s in sessions if s.get("state") == "running" and s.get("uid") == uid
+            and s.get("id") != inside]
+    return max(mine, key=lambda s: s.get("created") or 0)["id"] if mine else None
 
 
 def attempt(argv: list[str]) -> None:
@@ -115,10 +129,16 @@ def attempt(argv: list[str]) -> None:
     try:
         sock.settimeout(seconds)
         sock.connect(path)
-        sock.sendall(
-            P.encode(P.Hello(version=P.PROTOCOL_VERSION, client=f"clowderctl {__version__}"))
-            + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
-                                token=opened.token, history=HISTORY_LINES)))
+        hello = P.encode(P.Hello(version=P.PROTOCOL_VERSION,
+                                 client=f"clowderctl {__version__}"))
+        if opened.session is None:  # `attach`: ask which first, on the same connection
+            sock.sendall(hello + P.encode(P.ListSessions(peek=True)))
+            hello = b""
+            if not _choose(opened):
+                sock.close()
+                return
+        sock.sendall(hello + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
+                                               token=opened.token, history=HISTORY_LINES)))
         if not _read_until_repaint(opened):
             sock.close()
             return
@@ -132,6 +152,31 @@ def attempt(argv: list[str]) -> None:
         return
     _opened = opened
     _draw(opened, screen)
+
+
+def _choose(opened: Opened) -> bool:
+    """For `attach` with no ID: read Welcome and the SessionList asked for and set
+    ``opened.session`` to the session the full path would choose; False (the full path
+    says why) at anything else, or when there is none."""
+    frames, sock = opened.frames, opened.sock
+    while len(frames) < 2:
+        data = sock.recv(1 << 16)
+        if not data:
+            return False
+        frames += opened.reader.frames(data)
+    if [kind for kind, _ in frames[:2]] != [P.Welcome.KIND, P.SessionList.KIND]:
+        return False
+    try:
+        uid = P.decode(*frames[0]).uid
+        chosen = newest_running(P.decode(*frames[1]).sessions, uid,
+                                os.environ.get("CLOWDER_SESSION"))
+    except (AttributeError, KeyError, TypeError):
+        return False  # not what a host sends: the full path reports it
+    if chosen is None or not isinstance(chosen, str):
+        return False
+    del frames[1]  # Welcome stays first, as the Attach's answers expect
+    opened.session, opened.chose = chosen, True
+    return True
 
 
 def _read_until_repaint(opened: Opened) -> bool:
@@ -194,9 +239,10 @@ def _noted(signum, _frame) -> None:
         _opened.ending = signum
 
 
-def take(session: str, path: str) -> Opened | None:
+def take(session: str | None, path: str) -> Opened | None:
     """The attach drawn here, if it is the one the full path is about to make (``session``
-    as given, at ``path``); raises what a daemon that did not answer raises."""
+    as given, None for the newest running one, at ``path``); raises what a daemon that
+    did not answer raises."""
     global _unanswered
     if _unanswered is not None:
         where, seconds = _unanswered
@@ -205,7 +251,8 @@ def take(session: str, path: str) -> Opened | None:
         raise NotAnswering(not_answering(daemon_of("clowder-ptyhost.socket"),
                                          f"at {where}", seconds))
     opened = _opened
-    if opened is None or opened.taken or opened.session != session or opened.path != path:
+    if opened is None or opened.taken or opened.path != path \
+            or (opened.session != session and not (session is None and opened.chose)):
         return None
     opened.taken = True
     return opened

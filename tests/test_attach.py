@@ -41,11 +41,14 @@ class Attach:
     the end of the previous match, so each expectation is about new output.
     """
 
-    def __init__(self, host, sid: str, *opts: str, cols: int = 100, rows: int = 30,
-                 separate_stderr: bool = False):
+    def __init__(self, host, sid: str | None, *opts: str, cols: int = 100, rows: int = 30,
+                 separate_stderr: bool = False, entry: tuple = ("-m", "ctl")):
+        """``sid`` None: no ID (the newest running session); ``entry``: how PYTHON runs
+        clowderctl (a probe script, say)."""
         self.master, slave = os.openpty()
         self.set_size(cols, rows)
-        argv = host._as([PYTHON, "-m", "ctl", "--socket", host.socket, "attach", *opts, sid])
+        argv = host._as([PYTHON, *entry, "--socket", host.socket, "attach", *opts,
+                         *([] if sid is None else [sid])])
         self.proc = subprocess.Popen(
             argv, stdin=slave, stdout=slave,
             stderr=subprocess.PIPE if separate_stderr else slave,

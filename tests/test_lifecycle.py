@@ -11,6 +11,9 @@ session.  Against system and user units (the ``host`` fixture), under a real sys
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 
 from conftest import PYTHON, wait_for
 from test_access import system_host  # noqa: F401  (alice, bob and a system host)
@@ -186,3 +189,52 @@ def test_attach_without_an_id_takes_the_newest_running_session(host, attach):
     client = attach("--read-only")
     client.expect(b"no running session to attach to", what="the refusal")
     assert client.finish() == 1  # refused (ctl/exits.py), not a usage error
+
+
+# Runs clowderctl's entry point with the arguments after -c, writing to the file in
+# $PROBE_OUT, when attach's first paint draws, the session it drew and the command-line
+# modules imported by then.
+DRAW_PROBE = ("import os, sys, ctl.firstpaint as f\n"
+              "draw = f._draw\n"
+              "def spy(opened, screen):\n"
+              "    with open(os.environ['PROBE_OUT'], 'w') as out:\n"
+              "        out.write(repr((opened.session, sorted(m for m in ('argparse', 'json', "
+              "'re', 'ctl.cli', 'ctl.client') if m in sys.modules))))\n"
+              "    draw(opened, screen)\n"
+              "f._draw = spy\n"
+              "import ctl.__main__ as m\n"
+              "sys.exit(m.main(sys.argv[1:]))")
+
+
+def test_attach_without_an_id_is_drawn_before_the_command_line(host, attach):
+    """Plain `attach` asks which session and attaches on one connection before the rest
+    of clowderctl is imported (ctl/firstpaint.py), choosing as the full path chooses:
+    the newest running session, not an ended one; with none, the full path refuses."""
+    probe_dir = tempfile.mkdtemp(prefix="clowder-draw-", dir="/var/tmp")
+    os.chmod(probe_dir, 0o777)  # the user scope's user writes there too
+    out = f"{probe_dir}/drawn"
+    saved = host.env
+    host.env = {**saved, "PROBE_OUT": out}
+    try:
+        older = host.spawn("sh", "-c", "echo older-$((1+1)); exec sleep 100000")
+        newer = host.spawn("sh", "-c", "echo newer-$((2+2)); exec sleep 100000")
+        wait_for(lambda: b"newer-4" in host.backlog(newer), 15, "the newer session's line")
+        host.ctl("wait", host.spawn("sh", "-c", "exit 0"))  # newest, but ended
+        client = attach(None, entry=("-c", DRAW_PROBE))
+        client.expect(f"attached to {newer}".encode(), what="the banner naming the newest")
+        client.expect(b"newer-4", what="the newest session's screen")
+        with open(out) as f:
+            assert f.read() == repr((newer, [])), "not drawn before the command line"
+        client.wait_raw()
+        client.type(b"\x1c")  # Ctrl-\\: detach
+        assert client.finish() == 0
+        os.unlink(out)
+        for sid in (older, newer):
+            host.ctl("kill", sid, timeout=ESCALATION_BOUND + 10)
+        client = attach(None, entry=("-c", DRAW_PROBE))
+        client.expect(b"no running session to attach to", what="the refusal")
+        assert client.finish() == 1
+        assert not os.path.exists(out), "drawn with no session to attach to"
+    finally:
+        host.env = saved
+        shutil.rmtree(probe_dir)

@@ -408,17 +408,18 @@ def _most_recent(args) -> str:
         uid = c.welcome.uid if c.welcome is not None else os.getuid()
         # peek: a lookup, not a listing anyone reads (ended ones stay unseen).
         sessions = c.request(protocol.ListSessions(peek=True), protocol.SessionList).sessions
-    mine = [s for s in sessions if s.get("state") == "running" and s.get("uid") == uid
-            and s.get("id") != inside]
-    if not mine:
+    chosen = firstpaint.newest_running(sessions, uid, inside)
+    if chosen is None:
         raise ClientError("you have no running session to attach to: give an ID, or "
                           "start one with `clowderctl spawn`")
-    return max(mine, key=lambda s: s.get("created") or 0)["id"]
+    return chosen
 
 
 def run(args) -> int:
-    opened = firstpaint.take(args.session, args.socket or default_socket()) \
-        if args.session is not None and not args.agent else None
+    opened = None if args.agent else firstpaint.take(args.session,
+                                                      args.socket or default_socket())
+    if opened is not None:
+        args.session = opened.session  # the same, or the one chosen for no ID
     if args.session is None:
         if args.agent:
             args.parser.error("--agent needs the agent's name: attach --agent AGENT")
