@@ -18,21 +18,15 @@ would misread; adding an optional field or a new kind does not need a bump.
 Messages are plain classes (fields declared as annotations, defaults as class
 attributes), not dataclasses: generating ~60 dataclasses cost ~20 ms of every clowder
 program's start (docs/design.md, "the wire package").  For the same reason the json
-module is not imported with this package (it imports re, ~4-8 ms of a start here):
-flat objects, most frames, are encoded here (``_dumps``, byte for byte json.dumps),
-and every JSON part is decoded by json's own C scanner (``_loads``); only a nested
-object to encode imports json.  Attach's first paint and `clowderctl ps` import
-neither (ctl/firstpaint.py).
+module is not imported (it imports re, ~4-8 ms of a start here): the JSON parts are
+written and read by jsonpart.py, byte for byte and value for value as json would.
 """
 
 from __future__ import annotations
 
 import struct
 
-try:  # the C escaper json.dumps itself uses (ensure_ascii), without json's imports
-    from _json import encode_basestring_ascii as _quote
-except ImportError:  # an interpreter without the accelerator: json's own (it imports re)
-    from json.encoder import py_encode_basestring_ascii as _quote
+from .jsonpart import dumps, loads
 
 __all__ = ["PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
            "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
@@ -142,67 +136,6 @@ def fields_of(cls) -> list:
             for name, typ, optional, default in cls._FIELDS]
 
 
-def _dumps(obj: dict) -> bytes:
-    """``json.dumps(obj, separators=(",", ":")).encode()``, byte for byte: flat objects
-    (str, int, bool and None values) written here, anything else by json."""
-    parts = []
-    for key, value in obj.items():
-        kind = type(value)
-        if kind is str:
-            text = _quote(value)
-        elif value is None:
-            text = "null"
-        elif kind is bool:
-            text = "true" if value else "false"
-        elif kind is int:
-            text = int.__repr__(value)
-        else:  # a list, dict or float: json's own path (floats: inf, nan, repr rules)
-            import json
-            return json.dumps(obj, separators=(",", ":")).encode()
-        parts.append(_quote(key) + ":" + text)
-    return ("{" + ",".join(parts) + "}").encode()
-
-
-class _Decoding:
-    """What json's C scanner reads off its decoder (json.decoder.JSONDecoder's defaults)."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
-                      "NaN": float("nan")}.__getitem__
-    memo: dict = {}
-
-
-try:  # the C scanner json.loads itself runs, without json's imports (re: ~4 ms here)
-    from _json import make_scanner as _make_scanner
-    _scan = _make_scanner(_Decoding())
-except ImportError:  # an interpreter without the accelerator: json.loads below
-    _scan = None
-_WHITESPACE = " \t\n\r"  # JSON's own (RFC 8259): nothing else may stand around a value
-
-
-def _loads(text: bytes):
-    """``json.loads(text)`` for UTF-8 text (a frame's JSON part is UTF-8: a byte-order
-    mark or UTF-16 is refused here where json.loads would guess): the same value, and a
-    ValueError wherever it raises one.  Through json's C scanner, so json and re are not
-    imported (attach's first paint and ps never import them)."""
-    if _scan is None:
-        import json
-        return json.loads(text.decode())
-    s = text.decode()  # strict: a UnicodeDecodeError is a ValueError
-    start = len(s) - len(s.lstrip(_WHITESPACE))
-    try:
-        value, end = _scan(s, start)
-    except StopIteration as exc:  # the scanner's "no value here"
-        raise ValueError(f"Expecting value: char {exc.value}") from None
-    if s[end:].strip(_WHITESPACE):
-        raise ValueError(f"Extra data: char {end}")
-    return value
-
-
 def encode(msg: Message) -> bytes:
     """One whole frame for ``msg``."""
     obj = {}
@@ -213,7 +146,7 @@ def encode(msg: Message) -> bytes:
             data = bytes(value)
         else:
             obj[name] = value
-    body = _dumps(obj) if obj else b""
+    body = dumps(obj).encode() if obj else b""
     length = JSON_LEN.size + len(body) + len(data)
     if length > MAX_FRAME:
         raise ProtocolError(f"{type(msg).__name__} frame of {length} bytes exceeds {MAX_FRAME}",
@@ -248,7 +181,7 @@ def decode(kind: int, payload: bytes) -> Message:
     obj = {}
     if jlen:
         try:
-            obj = _loads(payload[JSON_LEN.size:JSON_LEN.size + jlen])
+            obj = loads(payload[JSON_LEN.size:JSON_LEN.size + jlen])
         except RecursionError:
             # e.g. 200,000 nested brackets (they fit in a frame): the parser's limit, not
             # a daemon's failure, so the peer gets the Error frame like any bad JSON.

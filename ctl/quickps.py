@@ -4,9 +4,10 @@
 much again importing the command line (argparse, re, json, socket and its enums, the
 client) before it asked (docs/bench.md, 7).  For the plain command line, `ps`, `ps -a`
 or `ps --all` (also after `--socket PATH`) with no client configuration (whose hosts:
-would make it a fleet), this module asks and prints the same table the full path does
-(ctl/pstable.py), importing only what the interpreter has built in or loads cheaply:
-_socket, the wire package (which decodes without json), the table.
+would make it a fleet), and with `--json`, this module asks and prints the same table
+(ctl/pstable.py) or JSON as the full path, importing only what the interpreter has built
+in or loads cheaply: _socket, the wire package (which reads and writes JSON without
+importing json: clowder_wire/jsonpart.py), the table.
 
 Anything else -- another command line, a client configuration, a refused connection or
 a full listen backlog, an Error, an answer it does not expect -- and it prints nothing:
@@ -21,6 +22,7 @@ import sys
 
 import clowder_wire as P
 from clowder_common import __version__
+from clowder_wire.jsonpart import dumps
 
 from . import deadline, exits
 from .paths import after_socket, config_path, default_socket
@@ -29,18 +31,16 @@ from .pstable import COLUMNS, oldest_first, print_table, row
 DAEMON = "clowder-ptyhost"  # as the full path names it (client.daemon_of)
 
 
-def plain_ps(argv: list[str]) -> tuple[str | None, bool] | None:
-    """(the --socket given or None, --all) for `[--socket PATH] ps [-a|--all]`, else
-    None."""
+def plain_ps(argv: list[str]) -> tuple[str | None, bool, bool] | None:
+    """(the --socket given or None, --all, --json) for `[--socket PATH] ps [-a|--all]
+    [--json]` (in any order), else None."""
     form = after_socket(argv)
     if form is None:
         return None
     path, rest = form
-    if rest == ["ps"]:
-        return path, False
-    if rest in (["ps", "-a"], ["ps", "--all"]):
-        return path, True
-    return None
+    if rest[:1] != ["ps"] or not set(rest[1:]) <= {"-a", "--all", "--json"}:
+        return None
+    return path, "-a" in rest or "--all" in rest, "--json" in rest
 
 
 def attempt(argv: list[str]) -> int | None:
@@ -81,12 +81,16 @@ def attempt(argv: list[str]) -> int | None:
     if [kind for kind, _ in frames[:2]] != [P.Welcome.KIND, P.SessionList.KIND]:
         return None  # an Error (a version it does not speak ...): the full path says
     try:
-        sessions = P.decode(*frames[1]).sessions
-        rows = [COLUMNS] + [row(s) for s in oldest_first(sessions)]
+        sessions = oldest_first(P.decode(*frames[1]).sessions)
+        text = dumps(sessions, (", ", ": ")) if form[2] else None  # json.dumps's own
+        rows = None if form[2] else [COLUMNS] + [row(s) for s in sessions]
     except (P.ProtocolError, KeyError, TypeError, ValueError, AttributeError):
         return None  # not what a host sends: the full path reports it
     try:
-        print_table(rows)
+        if rows is None:
+            print(text)
+        else:
+            print_table(rows)
         sys.stdout.flush()
     except BrokenPipeError:  # `clowderctl ps | head -1`: as the full path, not an error
         return exits.OK

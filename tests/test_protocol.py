@@ -188,18 +188,50 @@ def test_search_dirs_are_what_systemd_takes():
     assert P.search_dirs("") == []
 
 
+any_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6)
+    | st.characters(),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=5) | st.integers() | st.floats() | st.booleans()
+                      | st.none(), inner, max_size=4),
+    max_leaves=12)
+
+
 @settings(max_examples=3000, deadline=None)
 @given(st.dictionaries(st.text(max_size=6), json_values | st.floats() | st.characters(),
-                       max_size=6))
-def test_json_parts_are_what_json_dumps_writes(obj):
-    """Frames are encoded without importing json where the object is flat (frame._dumps:
-    start-up); byte for byte what json.dumps writes, lone surrogates and non-ASCII text,
-    bools, huge integers and floats included, and decoded back as written."""
-    import json
-    from clowder_wire.frame import _dumps, _loads
-    want = json.dumps(obj, separators=(",", ":")).encode()
-    assert _dumps(obj) == want
-    assert json.dumps(_loads(want), separators=(",", ":")).encode() == want
+                       max_size=6) | any_json,
+       st.sampled_from([(",", ":"), (", ", ": ")]))
+def test_json_parts_are_what_json_dumps_writes(value, separators):
+    """JSON is written without importing json (clowder_wire/jsonpart.py): byte for byte
+    what json.dumps writes, flat objects (the frames' own path) and nested ones, lone
+    surrogates and non-ASCII text, bools, huge integers, floats and non-string keys
+    included, with the wire's separators and json's default ones (`ps --json`), and
+    read back as written."""
+    from clowder_wire import jsonpart
+    want = json.dumps(value, separators=separators)
+    assert jsonpart.dumps(value, separators) == want
+    if separators == jsonpart.COMPACT:
+        assert json.dumps(jsonpart.loads(want.encode()), separators=separators) == want
+
+
+def test_json_refusals_are_json_dumps_refusals():
+    """What json.dumps refuses is refused in its words, and a refusal midway leaves
+    nothing behind: the same containers written afterwards are no circular reference."""
+    from clowder_wire import jsonpart
+    shared = [1, 2]
+    bad = {"a": shared, "b": {"c": [shared, object()]}}
+    for value in (bad, [object()], {"x": b"bytes"}):
+        with pytest.raises(TypeError) as ours:
+            jsonpart.dumps(value)
+        with pytest.raises(TypeError) as theirs:
+            json.dumps(value)
+        assert str(ours.value) == str(theirs.value)
+    circular: list = []
+    circular.append(circular)
+    with pytest.raises(ValueError, match="Circular reference"):
+        jsonpart.dumps({"a": circular})
+    bad["b"]["c"].pop()  # what was refused, gone: the same containers, written again
+    assert jsonpart.dumps(bad) == json.dumps(bad, separators=(",", ":"))
 
 
 @settings(max_examples=3000, deadline=None)
@@ -214,9 +246,9 @@ def test_json_parts_are_what_json_dumps_writes(obj):
                      '1e400', '"\\u00e9"', '\x0c{}', '{"a":1}\x0c', '', ' ', '"a\tb"', '1' * 5000]),
 ))
 def test_json_parts_decode_as_json_loads_does(text):
-    """frame._loads (json's C scanner, without importing json) gives json.loads's value
+    """jsonpart.loads (json's C scanner, without importing json) gives json.loads's value
     for every UTF-8 text, and a ValueError wherever json.loads raises one."""
-    from clowder_wire.frame import _loads
+    from clowder_wire.jsonpart import loads as _loads
     try:
         data = text.encode()
     except UnicodeEncodeError:  # a lone surrogate in the text itself: not UTF-8
