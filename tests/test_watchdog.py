@@ -169,27 +169,34 @@ def test_the_handoff_check_does_not_feed_the_watchdog(host):
     assert out.strip() == b"none"
 
 
+@contextlib.contextmanager
+def frozen_host(host, timeout: str):
+    """A session printing, then the host frozen for the block, clients run meanwhile
+    given $CLOWDER_TIMEOUT=``timeout``; yields the session's id."""
+    sid, _pid, _mark = counting_session(host)
+    saved = host.env
+    host.env = {**saved, "CLOWDER_TIMEOUT": timeout}
+    try:
+        with frozen(host.main_pid()):
+            yield sid
+    finally:
+        host.env = saved
+
+
 def test_attach_to_a_frozen_host_gives_up_at_one_deadline(host):
     """`clowderctl attach` asks before the rest of clowderctl is loaded (ctl/
     firstpaint.py), and the full path would ask again: a frozen host is told once, at
     one deadline, not after waiting out both."""
     from test_attach import Attach
-    sid, _pid, _mark = counting_session(host)
-    old = host.main_pid()
-    saved = host.env
-    host.env = {**saved, "CLOWDER_TIMEOUT": "3"}
-    try:
-        with frozen(old):
-            t0 = time.monotonic()
-            client = Attach(host, sid, separate_stderr=True)
-            try:
-                code = client.finish(timeout=20)
-                took = time.monotonic() - t0
-                err = client.stderr()
-            finally:
-                client.close()
-    finally:
-        host.env = saved
+    with frozen_host(host, "3") as sid:
+        t0 = time.monotonic()
+        client = Attach(host, sid, separate_stderr=True)
+        try:
+            code = client.finish(timeout=20)
+            took = time.monotonic() - t0
+            err = client.stderr()
+        finally:
+            client.close()
     assert code == TIMEOUT_EXIT, err
     assert b"clowder-ptyhost is not answering" in err, err
     # One deadline (3 s) and Python's start, not two deadlines.
@@ -201,18 +208,11 @@ def test_ps_to_a_frozen_host_gives_up_at_one_deadline_in_the_full_paths_words(ho
     frozen host is told once, at one deadline, with the full path's message and status
     (the full path taken here by giving --timeout).  Both within the watchdog's 10 s,
     which would replace the frozen host."""
-    sid, _pid, _mark = counting_session(host)
-    old = host.main_pid()
-    saved = host.env
-    host.env = {**saved, "CLOWDER_TIMEOUT": "2"}
-    try:
-        with frozen(old):
-            t0 = time.monotonic()
-            quick = host.ctl("ps", check=False, timeout=30)
-            took = time.monotonic() - t0
-            full = host.ctl("--timeout", "2", "ps", check=False, timeout=30)
-    finally:
-        host.env = saved
+    with frozen_host(host, "2") as sid:
+        t0 = time.monotonic()
+        quick = host.ctl("ps", check=False, timeout=30)
+        took = time.monotonic() - t0
+        full = host.ctl("--timeout", "2", "ps", check=False, timeout=30)
     assert quick.returncode == full.returncode == TIMEOUT_EXIT, (quick, full)
     assert quick.stderr == full.stderr == (
         f"clowderctl ps: clowder-ptyhost is not answering at {host.socket}: no reply "
