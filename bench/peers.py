@@ -104,7 +104,7 @@ class ScreenPeer:
     """GNU screen: one SCREEN process per session; `screen -r` attaches."""
 
     name = "screen"
-    note = "GNU screen, `startup_message off`, one `screen -r` client in a pty"
+    note = "GNU screen, `startup_message off`, `deflogin off`, one `screen -r` client in a pty"
 
     def __init__(self):
         self.rc = f"{WORK}/screenrc"
@@ -118,7 +118,10 @@ class ScreenPeer:
         os.makedirs(screendir, mode=0o700, exist_ok=True)
         os.chmod(screendir, 0o700)
         with open(self.rc, "w") as f:
-            f.write("startup_message off\n")
+            # deflogin off: no utmp records.  A SCREEN process once deadlocked in a futex
+            # while holding /run/utmp's lock (screen 4.09, 2026-12-04), and tmux's
+            # utempter, waiting for that lock, stopped the tmux server and the run.
+            f.write("startup_message off\ndeflogin off\n")
 
     def _start(self, name: str, argv: list[str]) -> int:
         self._prepare()
