@@ -4,23 +4,24 @@
 (docs/bench.md, 7): the interpreter's own start is ~12 ms here, and most of the rest was
 importing (argparse, re, json, socket and its enums, the command table) before the first
 byte was asked for, then two connections (the history, then the attach).  For the plain
-command line, `attach ID` (also after `--socket PATH`), this module asks first and
-imports afterwards: one connection, with Hello and Attach (which asks for the history
-too) sent in one write (for `attach` with no ID, Hello and a ListSessions first, and
-the Attach for the session the full path would choose: ``newest_running``); once Attached, the history and the repaint's first frame have
-come, the terminal is put in raw mode and the banner, the history and the repaint are
-drawn, exactly as the full path draws them (the shared helpers below).  Only then does the command line run as always
+command line, `attach [--history N] [ID]` (also after `--socket PATH`), this module asks
+first and imports afterwards: one connection, with Hello and Attach (which asks for the
+history too) sent in one write (with no ID, Hello and a ListSessions first, then the
+Attach for the session the full path would choose: ``newest_running``); once Attached,
+the history and the repaint's first frame have come, the terminal is put in raw mode
+and the banner, the history and the repaint are drawn, exactly as the full path draws
+them (the shared helpers below).  Only then does the command line run as always
 (ctl/cli.py), and attach (ctl/commands/attach.py) takes the connection over from
 ``take``: from the frames already read on, it is the same client.
 
 It imports what the interpreter has built in or loads cheaply: _socket (socket's enums
-cost ~6 ms), _signal, termios, the wire package (it imports json only to decode, and
-nothing here decodes), ctl/outer.py.  Anything else -- another command line, an option,
-a HOST:ID, running inside a session, no terminal, an answer other than Welcome and
-Attached (no such session, a version it does not speak), a connection refused -- and
-nothing is drawn: the full path runs from the start, so every message and
-exit status is its own.  A daemon that does not answer in time is reported by the full
-path as such (``take`` raises it) without being waited for twice.
+cost ~6 ms), _signal, termios, the wire package (which does not import json:
+clowder_wire/jsonpart.py), ctl/outer.py.  Anything else -- another command line, another
+option, a HOST:ID, running inside a session, no terminal, an answer other than Welcome
+and Attached (no such session, a version it does not speak), a connection refused --
+and nothing is drawn: the full path runs from the start, so every message and exit
+status is its own.  A daemon that does not answer in time is reported by the full path
+as such (``take`` raises it) without being waited for twice.
 """
 
 from __future__ import annotations
@@ -84,21 +85,30 @@ def history_block(history: bytes, rows: int) -> bytes:
     return history.replace(b"\n", b"\r\n") + b"\r\n" * rows
 
 
-def plain_attach(argv: list[str]) -> tuple[str | None, str | None] | None:
-    """(the --socket given or None, ID or None) for `[--socket PATH] attach [ID]`, else
-    None."""
+def plain_attach(argv: list[str]) -> tuple[str | None, str | None, int] | None:
+    """(the --socket given or None, ID or None, history lines) for `[--socket PATH]
+    attach [--history N] [ID]`, else None."""
     form = after_socket(argv)
     if form is None:
         return None
     path, argv = form
-    if argv == ["attach"]:
-        return path, None  # the newest running session (newest_running)
-    if len(argv) != 2 or argv[0] != "attach":
+    if argv[:1] != ["attach"]:
         return None
-    session = argv[1]
+    rest, history = argv[1:], HISTORY_LINES
+    if rest[:1] == ["--history"] and len(rest) > 1 and rest[1].isascii() \
+            and rest[1].isdigit():
+        rest, history = rest[2:], int(rest[1])
+    elif rest[:1] and rest[0].startswith("--history=") and rest[0][10:].isascii() \
+            and rest[0][10:].isdigit():
+        rest, history = rest[1:], int(rest[0][10:])
+    if not rest:
+        return path, None, history  # the newest running session (newest_running)
+    if len(rest) != 1:
+        return None
+    session = rest[0]
     if not session or session.startswith("-") or ":" in session:
         return None  # an option, or HOST:ID / agent:NAME (the full path sorts them)
-    return path, session
+    return path, session, history
 
 
 def newest_running(sessions: list[dict], uid: int, inside: str | None) -> str | None:
@@ -126,6 +136,7 @@ def attempt(argv: list[str]) -> None:
     path = form[0] or default_socket()
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     opened = Opened(sock, path, form[1], (cols, rows), os.urandom(8).hex())
+    history = form[2]
     try:
         sock.settimeout(seconds)
         sock.connect(path)
@@ -138,7 +149,7 @@ def attempt(argv: list[str]) -> None:
                 sock.close()
                 return
         sock.sendall(hello + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
-                                               token=opened.token, history=HISTORY_LINES)))
+                                               token=opened.token, history=history)))
         if not _read_until_repaint(opened):
             sock.close()
             return

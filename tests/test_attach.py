@@ -14,9 +14,11 @@ import fcntl
 import os
 import re
 import select
+import shutil
 import signal
 import struct
 import subprocess
+import tempfile
 import termios
 import time
 
@@ -160,6 +162,21 @@ class Attach:
         if self.proc.stderr:
             self.proc.stderr.close()
         os.close(self.master)
+
+
+# Runs clowderctl's entry point with the arguments after -c, writing to the file in
+# $PROBE_OUT, when attach's first paint draws, the session it drew and the command-line
+# modules imported by then.
+DRAW_PROBE = ("import os, sys, ctl.firstpaint as f\n"
+              "draw = f._draw\n"
+              "def spy(opened, screen):\n"
+              "    with open(os.environ['PROBE_OUT'], 'w') as out:\n"
+              "        out.write(repr((opened.session, sorted(m for m in ('argparse', 'json', "
+              "'re', 'ctl.cli', 'ctl.client') if m in sys.modules))))\n"
+              "    draw(opened, screen)\n"
+              "f._draw = spy\n"
+              "import ctl.__main__ as m\n"
+              "sys.exit(m.main(sys.argv[1:]))")
 
 
 @pytest.fixture
@@ -683,6 +700,34 @@ def test_recent_history_goes_into_the_terminal_scrollback(host, attach):
     b.wait_raw()
     b.type(DETACH)
     assert b.finish() == 0
+
+
+@pytest.mark.parametrize("lines", [0, 250])
+def test_history_lines_asked_are_drawn_before_the_command_line(host, attach, lines):
+    """`attach --history N ID` is drawn before the rest of clowderctl is imported
+    (ctl/firstpaint.py), with the N lines asked for in the scrollback (none for 0)."""
+    sid = host.spawn("sh", "-c", "i=1; while [ $i -le 300 ]; do printf 'L%04d\\n' $i; "
+                                 "i=$((i+1)); done; exec sleep 100000")
+    wait_for(lambda: b"L0300" in host.backlog(sid), 15, "the session's 300 lines")
+    probe_dir = tempfile.mkdtemp(prefix="clowder-draw-", dir="/var/tmp")
+    os.chmod(probe_dir, 0o777)  # the user scope's user writes there too
+    saved = host.env
+    host.env = {**saved, "PROBE_OUT": f"{probe_dir}/drawn"}
+    try:
+        client = attach(sid, "--history", str(lines), entry=("-c", DRAW_PROBE))
+        client.expect(b"L0300", what="the screen's last line")
+        with open(f"{probe_dir}/drawn") as f:
+            assert f.read() == repr((sid, [])), "not drawn before the command line"
+        client.wait_raw()
+        client.type(DETACH)
+        assert client.finish() == 0
+    finally:
+        host.env = saved
+        shutil.rmtree(probe_dir)
+    # 30 rows: lines 1-271 scrolled off; the last `lines` of them are the history.
+    shown = bytes(client.out)
+    assert (b"L0100" in shown) == (lines == 250), shown[-3000:]
+    assert (b"L0021" in shown) is False, "more history than was asked for"
 
 
 def test_attach_shows_each_line_once_in_scrollback_and_screen(host, attach):

@@ -17,7 +17,7 @@ import tempfile
 
 from conftest import PYTHON, wait_for
 from test_access import system_host  # noqa: F401  (alice, bob and a system host)
-from test_attach import attach  # noqa: F401  (the fixture)
+from test_attach import DRAW_PROBE, attach  # noqa: F401  (the fixture)
 from test_ending import ESCALATION_BOUND, STUBBORN
 
 
@@ -189,21 +189,6 @@ def test_attach_without_an_id_takes_the_newest_running_session(host, attach):
     client = attach("--read-only")
     client.expect(b"no running session to attach to", what="the refusal")
     assert client.finish() == 1  # refused (ctl/exits.py), not a usage error
-
-
-# Runs clowderctl's entry point with the arguments after -c, writing to the file in
-# $PROBE_OUT, when attach's first paint draws, the session it drew and the command-line
-# modules imported by then.
-DRAW_PROBE = ("import os, sys, ctl.firstpaint as f\n"
-              "draw = f._draw\n"
-              "def spy(opened, screen):\n"
-              "    with open(os.environ['PROBE_OUT'], 'w') as out:\n"
-              "        out.write(repr((opened.session, sorted(m for m in ('argparse', 'json', "
-              "'re', 'ctl.cli', 'ctl.client') if m in sys.modules))))\n"
-              "    draw(opened, screen)\n"
-              "f._draw = spy\n"
-              "import ctl.__main__ as m\n"
-              "sys.exit(m.main(sys.argv[1:]))")
 
 
 def test_attach_without_an_id_is_drawn_before_the_command_line(host, attach):
