@@ -28,7 +28,6 @@ class _Decoding:
     parse_int = int
     parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
                       "NaN": float("nan")}.__getitem__
-    memo: dict = {}
 
 
 def _unserializable(value):

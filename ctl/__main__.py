@@ -1,4 +1,4 @@
-"""clowderctl's entry point: `ps` is answered (quickps.py) and `attach ID` drawn
+"""clowderctl's entry point: `ps` is answered (quickps.py) and `attach [ID]` drawn
 (firstpaint.py) before the rest of clowderctl is imported; every other command line,
 and those when anything is unusual, runs through cli.py."""
 
