@@ -707,7 +707,7 @@ def test_history_lines_asked_are_drawn_before_the_command_line(host, attach, lin
     """`attach --history N ID` is drawn before the rest of clowderctl is imported
     (ctl/firstpaint.py), with the N lines asked for in the scrollback (none for 0)."""
     sid = host.spawn("sh", "-c", "i=1; while [ $i -le 300 ]; do printf 'L%04d\\n' $i; "
-                                 "i=$((i+1)); done; exec sleep 100000")
+                                 "i=$((i+1)); done; exec tail -f /dev/null")
     wait_for(lambda: b"L0300" in host.backlog(sid), 15, "the session's 300 lines")
     probe_dir = tempfile.mkdtemp(prefix="clowder-draw-", dir="/var/tmp")
     os.chmod(probe_dir, 0o777)  # the user scope's user writes there too

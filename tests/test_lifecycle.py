@@ -201,8 +201,8 @@ def test_attach_without_an_id_is_drawn_before_the_command_line(host, attach):
     saved = host.env
     host.env = {**saved, "PROBE_OUT": out}
     try:
-        older = host.spawn("sh", "-c", "echo older-$((1+1)); exec sleep 100000")
-        newer = host.spawn("sh", "-c", "echo newer-$((2+2)); exec sleep 100000")
+        older = host.spawn("sh", "-c", "echo older-$((1+1)); exec tail -f /dev/null")
+        newer = host.spawn("sh", "-c", "echo newer-$((2+2)); exec tail -f /dev/null")
         wait_for(lambda: b"newer-4" in host.backlog(newer), 15, "the newer session's line")
         host.ctl("wait", host.spawn("sh", "-c", "exit 0"))  # newest, but ended
         client = attach(None, entry=("-c", DRAW_PROBE))
