@@ -32,11 +32,11 @@ import os
 import sys
 
 import clowder_wire as P
-from clowder_common import __version__
 
 from . import deadline
 from .outer import OuterTerminal, write_all
 from .paths import after_socket, default_socket
+from .quickask import ask_sessions, hello
 
 # attach's defaults (ctl/commands/attach.py's options): the plain command line has these.
 HISTORY_LINES = 500
@@ -140,15 +140,13 @@ def attempt(argv: list[str]) -> None:
     try:
         sock.settimeout(seconds)
         sock.connect(path)
-        hello = P.encode(P.Hello(version=P.PROTOCOL_VERSION,
-                                 client=f"clowderctl {__version__}"))
+        first = hello()
         if opened.session is None:  # `attach`: ask which first, on the same connection
-            sock.sendall(hello + P.encode(P.ListSessions(peek=True)))
-            hello = b""
-            if not _choose(opened):
+            first = b""
+            if not _choose(opened, seconds):
                 sock.close()
                 return
-        sock.sendall(hello + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
+        sock.sendall(first + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
                                                token=opened.token, history=history)))
         if not _read_until_repaint(opened):
             sock.close()
@@ -165,27 +163,19 @@ def attempt(argv: list[str]) -> None:
     _draw(opened, screen)
 
 
-def _choose(opened: Opened) -> bool:
-    """For `attach` with no ID: read Welcome and the SessionList asked for and set
+def _choose(opened: Opened, seconds: float) -> bool:
+    """For `attach` with no ID: ask for the sessions (quickask.py) and set
     ``opened.session`` to the session the full path would choose; False (the full path
     says why) at anything else, or when there is none."""
-    frames, sock = opened.frames, opened.sock
-    while len(frames) < 2:
-        data = sock.recv(1 << 16)
-        if not data:
-            return False
-        frames += opened.reader.frames(data)
-    if [kind for kind, _ in frames[:2]] != [P.Welcome.KIND, P.SessionList.KIND]:
+    answer = ask_sessions(opened.sock, opened.reader, opened.frames, seconds, peek=True)
+    if answer is None:
         return False
     try:
-        uid = P.decode(*frames[0]).uid
-        chosen = newest_running(P.decode(*frames[1]).sessions, uid,
-                                os.environ.get("CLOWDER_SESSION"))
+        chosen = newest_running(answer[1], answer[0].uid, os.environ.get("CLOWDER_SESSION"))
     except (AttributeError, KeyError, TypeError):
         return False  # not what a host sends: the full path reports it
     if chosen is None or not isinstance(chosen, str):
         return False
-    del frames[1]  # Welcome stays first, as the Attach's answers expect
     opened.session, opened.chose = chosen, True
     return True
 

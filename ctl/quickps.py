@@ -21,12 +21,12 @@ import os
 import sys
 
 import clowder_wire as P
-from clowder_common import __version__
 from clowder_wire.jsonpart import dumps
 
 from . import deadline, exits
 from .paths import after_socket, config_path, default_socket
 from .pstable import COLUMNS, oldest_first, print_table, row
+from .quickask import ask_sessions
 
 DAEMON = "clowder-ptyhost"  # as the full path names it (client.daemon_of)
 
@@ -56,35 +56,23 @@ def attempt(argv: list[str]) -> int | None:
         return None  # a bad $CLOWDER_TIMEOUT: the full path's usage error
     path = form[0] or default_socket()
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    greeted = False
     try:
         sock.settimeout(seconds)
         sock.connect(path)
-        sock.sendall(
-            P.encode(P.Hello(version=P.PROTOCOL_VERSION, client=f"clowderctl {__version__}"))
-            + P.encode(P.ListSessions(all=form[1])))
-        reader, frames = P.FrameReader(), []
-        while len(frames) < 2:
-            data = sock.recv(1 << 16)
-            if not data:
-                return None
-            frames += reader.frames(data)
-            if not greeted and frames[:1] and frames[0][0] == P.Welcome.KIND:
-                greeted = True  # the full path's clock for the reply starts here
-                sock.settimeout(seconds)
+        answer = ask_sessions(sock, P.FrameReader(), [], seconds, all=form[1])
     except TimeoutError:
         return _not_answering(path, seconds)
     except (OSError, P.ProtocolError):
         return None  # refused, a full backlog, reset, not a clowder socket: the full path
     finally:
         sock.close()
-    if [kind for kind, _ in frames[:2]] != [P.Welcome.KIND, P.SessionList.KIND]:
+    if answer is None:
         return None  # an Error (a version it does not speak ...): the full path says
     try:
-        sessions = oldest_first(P.decode(*frames[1]).sessions)
+        sessions = oldest_first(answer[1])
         text = dumps(sessions, (", ", ": ")) if form[2] else None  # json.dumps's own
         rows = None if form[2] else [COLUMNS] + [row(s) for s in sessions]
-    except (P.ProtocolError, KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None  # not what a host sends: the full path reports it
     try:
         if rows is None:
