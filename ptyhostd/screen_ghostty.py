@@ -20,9 +20,10 @@ the event loop the way pyte does.
 
 Bounds: the host caps the size (``pty.valid_size``) before a model is made; ghostty
 clamps cursor moves and counts to the screen itself, and keeps an OSC/DCS only up to its
-own limits, so a bomb costs CPU in C, not memory.  Scrollback is bounded in lines and in
-bytes (``SCROLLBACK_LINES``, and ``SCROLLBACK_BYTES`` lowered to the model's share of the
-host's budget, screenmemory.py).
+own limits, so a bomb costs CPU in C, not memory.  Scrollback is bounded in bytes:
+``SCROLLBACK_BYTES``, lowered to the model's share of the host's budget (screenmemory.py).
+Its line limit is out of the byte limit's reach (``LINE_LIMIT``): once a line limit
+bound, ghostty parsed ~4x slower (bench/scrollback_limit.py).
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ from .ghostty_abi import GhosttyError, Terminal, ffi, init_sized, lib, union_fn
 
 from . import screen_cells
 
-SCROLLBACK_LINES = 10_000  # what scrolled off the primary screen, kept as cells
-SCROLLBACK_BYTES = 16 << 20  # and at most this much memory of it, whatever the width
+SCROLLBACK_BYTES = 16 << 20  # what scrolled off the primary screen, kept as cells
+# ghostty's line limit, out of reach of any byte limit above (plain text costs 9-11 bytes
+# a cell, ~80 a row at 1 column): a line limit that binds cost ghostty ~4x its rate, 89
+# against 371 MB/s at 80x24 when 10,000 lines bound before 16 MiB did
+# (bench/scrollback_limit.py; docs/design.md "Screen memory").
+LINE_LIMIT = 1_000_000
 MAX_PENDING = 64 * 1024  # longest unfinished sequence ``pending`` hands over (as Screen)
 COMPACT_ROWS = 1_000  # rows changed (ghostty's compression activity) between compressions
 SCAN_CELLS = 500  # cells of rows without text read one by one for a repaint (~5 us each)
@@ -132,7 +137,7 @@ class GhosttyScreen:
 
     engine = "ghostty"
 
-    def __init__(self, cols: int = 80, rows: int = 24, scrollback: int = SCROLLBACK_LINES):
+    def __init__(self, cols: int = 80, rows: int = 24, scrollback: int = LINE_LIMIT):
         self._term = Terminal.new(cols, rows, scrollback)
         t = self._t = self._term.handle
         _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_SCROLLBACK_MAX_BYTES, SCROLLBACK_BYTES,
