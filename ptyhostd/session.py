@@ -63,16 +63,19 @@ MAX_RESIZES = 64  # resizes kept for a model not yet fed up to them
 # An engine that releases the GIL while it parses (ghostty: engine.follows_output) is fed
 # as output arrives, at most this much per turn in the screen pool, so a repaint,
 # snapshot or history is a read of a current model, whatever came before; a request
-# that comes during a turn waits for it (64 KiB: ~0.4-1.3 ms of ghostty here).
+# that comes during a turn waits for it (64 KiB of text: ~0.2 ms of ghostty here).
 FOLLOW_CHUNK = 64 * 1024
 # Every byte is fed (issue 13): a model further behind the ring than it parses in
 # MODEL_LAG_SECONDS stops the reading of its pty (the program blocks on a full pty, as
 # under tmux, whose one parser sets everyone's pace) until it is within half of that.
-# So a repaint or snapshot right after any flood parses ~2 ms of output first, whatever
-# came before, and only the flooding session waits: the others' models and bytes go on.
+# So a repaint or snapshot right after any flood parses at most that first (of text, the
+# cap below: ~0.5 ms), whatever came before, and only the flooding session waits: the
+# others' models and bytes go on.
 # The bound in bytes follows the model's own rate (its thread's CPU time per byte, so a
-# loaded machine does not shrink it): ghostty on text here, 49 MB/s at 80x24 (~100 KiB)
-# and 170 MB/s at 200x50 (the cap: a pty delivers 50-110 MB/s, so it is seldom reached).
+# loaded machine does not shrink it): ghostty on text here, ~330 MB/s at 80x24 and
+# 200x50 with its scrollback bounded by bytes alone (bench/scrollback_limit.py), so the
+# cap; a pty delivers 50-110 MB/s, so the model falls that far behind only while its
+# thread waits for a core.
 MODEL_LAG_SECONDS = 0.002
 # The most: SCREEN_CATCH_UP less a read of the pty (up to 64 KiB), so the lag never
 # reaches the point where a model is rebuilt from the newest bytes (screen_call).
