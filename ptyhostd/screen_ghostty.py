@@ -20,10 +20,11 @@ the event loop the way pyte does.
 
 Bounds: the host caps the size (``pty.valid_size``) before a model is made; ghostty
 clamps cursor moves and counts to the screen itself, and keeps an OSC/DCS only up to its
-own limits, so a bomb costs CPU in C, not memory.  Scrollback is bounded in bytes:
-``SCROLLBACK_BYTES``, lowered to the model's share of the host's budget (screenmemory.py).
-Its line limit is out of the byte limit's reach (``LINE_LIMIT``): once a line limit
-bound, ghostty parsed ~4x slower (bench/scrollback_limit.py).
+own limits, so a bomb costs CPU in C, not memory.  Scrollback is bounded in bytes alone:
+``SCROLLBACK_BYTES`` lowered to the model's share of the host's budget (screenmemory.py),
+and to what ``SCROLLBACK_LINES`` lines of plain text take at the model's width
+(``_limit_scrollback``).  ghostty's own line limit is out of that limit's reach: once a
+line limit bound, ghostty parsed ~4x slower (bench/scrollback_limit.py).
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ from .ghostty_abi import GhosttyError, Terminal, ffi, init_sized, lib, union_fn
 
 from . import screen_cells
 
-SCROLLBACK_BYTES = 16 << 20  # what scrolled off the primary screen, kept as cells
-# ghostty's line limit, out of reach of any byte limit above (plain text costs 9-11 bytes
-# a cell, ~80 a row at 1 column): a line limit that binds cost ghostty ~4x its rate, 89
-# against 371 MB/s at 80x24 when 10,000 lines bound before 16 MiB did
-# (bench/scrollback_limit.py; docs/design.md "Screen memory").
-LINE_LIMIT = 1_000_000
+SCROLLBACK_LINES = 10_000  # about this many lines of text that scrolled off, kept as cells
+SCROLLBACK_BYTES = 16 << 20  # and at most this much memory of them, whatever the width
+# What a cell of text costs in ghostty's pages, row and page overhead included: 9.1-11.3
+# bytes at every width from 10 to 500 columns, plain or with a few colours a line
+# (bench/scrollback_limit.py), so lines x columns x this bytes keep about that many lines.
+CELL_BYTES = 10
 MAX_PENDING = 64 * 1024  # longest unfinished sequence ``pending`` hands over (as Screen)
 COMPACT_ROWS = 1_000  # rows changed (ghostty's compression activity) between compressions
 SCAN_CELLS = 500  # cells of rows without text read one by one for a repaint (~5 us each)
@@ -137,15 +138,16 @@ class GhosttyScreen:
 
     engine = "ghostty"
 
-    def __init__(self, cols: int = 80, rows: int = 24, scrollback: int = LINE_LIMIT):
-        self._term = Terminal.new(cols, rows, scrollback)
+    def __init__(self, cols: int = 80, rows: int = 24, scrollback: int = SCROLLBACK_LINES):
+        # ghostty's line limit: twice as far as the byte limit reaches (_limit_scrollback),
+        # so that it never binds.
+        self._term = Terminal.new(cols, rows, 2 * scrollback)
         t = self._t = self._term.handle
-        _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_SCROLLBACK_MAX_BYTES, SCROLLBACK_BYTES,
-                    "setting the scrollback's bytes")
         _set_size_t(t, lib.GHOSTTY_TERMINAL_OPT_CONTINUATION_MAX_BYTES, MAX_PENDING,
                     "setting the continuation's bytes")
         self.scrollback_bytes = SCROLLBACK_BYTES  # lowered to a share: screenmemory.py
-        self._cols, self._rows = cols, rows
+        self._cols, self._rows, self._keep_lines = cols, rows, scrollback
+        self._limit_scrollback()
         self.cursor_shape, self._shape_tail = 0, b""  # DECSCUSR's last word (_follow_shape)
         self._activity = ffi.new("uint64_t*")
         self._compression = ffi.new("GhosttyTerminalCompressionResult*")
@@ -233,15 +235,28 @@ class GhosttyScreen:
         cols, rows = max(cols, 1), max(rows, 1)
         if (cols, rows) != (self._cols, self._rows):
             _check(lib.ghostty_terminal_resize(self._t, cols, rows, 8, 16), "resize")
+            narrower_or_wider = cols != self._cols
             self._cols, self._rows = cols, rows
+            if narrower_or_wider:
+                self._limit_scrollback()
 
     def set_scrollback_bytes(self, limit: int) -> None:
         """Keep at most ``limit`` bytes of scrollback cells (ghostty counts the cells'
         pages, not their compressed size, and drops the oldest pages over it at once:
-        bench/screen_memory.py)."""
-        _set_size_t(self._t, lib.GHOSTTY_TERMINAL_OPT_SCROLLBACK_MAX_BYTES, limit,
-                    "setting the scrollback's bytes")
+        bench/screen_memory.py), less where SCROLLBACK_LINES take less."""
         self.scrollback_bytes = limit
+        self._limit_scrollback()
+
+    def _limit_scrollback(self) -> None:
+        """Bound the scrollback by bytes alone: the share, or what ``_keep_lines`` lines
+        of text take at this width if less.  Once its line limit bound, ghostty parsed
+        text at ~90 MB/s; under a byte limit, which it keeps by dropping whole pages, at
+        ~330 (bench/scrollback_limit.py).  Not the share alone: at 80 columns it holds
+        ~23,000 lines, and the copy an alternate screen's repaint makes of the model
+        (``_Copy``) took 15 ms with them instead of 6."""
+        _set_size_t(self._t, lib.GHOSTTY_TERMINAL_OPT_SCROLLBACK_MAX_BYTES,
+                    min(self.scrollback_bytes, self._keep_lines * self._cols * CELL_BYTES),
+                    "setting the scrollback's bytes")
 
     def compact(self) -> None:
         """Compress the scrollback once enough rows changed since the last time (in the
@@ -613,6 +628,7 @@ class GhosttyScreen:
         self._cols, self._rows = term.size
         self.errors = self.work = self._compressed_at = 0
         self.scrollback_bytes = SCROLLBACK_BYTES  # a throwaway copy: not counted
+        self._keep_lines = SCROLLBACK_LINES  # its limits are the snapshot's until resized
         self._activity = ffi.new("uint64_t*")
         self._compression = ffi.new("GhosttyTerminalCompressionResult*")
         self.cursor_shape, self._shape_tail = 0, b""  # not in ghostty's snapshot

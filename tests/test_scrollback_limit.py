@@ -1,10 +1,12 @@
-"""A ghostty model's scrollback is bounded by its byte limit (the model's share of the
-host's screen memory, ptyhostd/screenmemory.py), never by a line limit: once its line
-limit bound, ghostty parsed plain text ~4x slower (89 against 371 MB/s at 80x24:
-bench/scrollback_limit.py, docs/design.md "Screen memory").  A test cannot time that,
-so it checks which limit binds: lifting the line limit of a twin model changes nothing
-it keeps, at any width, after a resize either way and under a lowered share.  And what
-it keeps of plain text is about what the share holds at 10 bytes a cell."""
+"""A ghostty model's scrollback is bounded by its byte limit alone (ptyhostd/
+screen_ghostty.py, ``_limit_scrollback``: the model's share of the host's screen memory,
+or what SCROLLBACK_LINES lines of text take at its width if less), never by ghostty's
+line limit: once its line limit bound, ghostty parsed text ~4x slower (93 against 332
+MB/s at 80x24: bench/scrollback_limit.py, docs/design.md "Screen memory").  A test
+cannot time that, so it checks which limit binds: lifting the line limit of a twin model
+changes nothing it keeps, at any width, after a resize either way and under a lowered
+share.  And what it keeps of plain text is about SCROLLBACK_LINES lines, or what the
+share holds at 10 bytes a cell if fewer."""
 
 from __future__ import annotations
 
@@ -28,10 +30,10 @@ def _lift_line_limit(screen):
 
 
 def _rows_kept_while_printing(screen, cols: int, share: int) -> list[int]:
-    """Print about twice what the share holds, then line by line past a few of
+    """Print about twice what the model keeps, then line by line past a few of
     ghostty's page drops: the rows kept after each of those lines."""
     line = b"x" * (cols - 1) + b"\r\n"
-    screen.feed(line * (2 * share // (cols * 9)))
+    screen.feed(line * min(2 * g.SCROLLBACK_LINES, 2 * share // (cols * 9)))
     seen = []
     for _ in range(3000):
         screen.feed(line)
@@ -58,7 +60,7 @@ def test_the_byte_limit_binds_never_the_line_limit(cols, made_at, share):
         assert kept == _rows_kept_while_printing(twin, cols, share), \
             "the line limit decided what the shipped model kept"
         assert min(kept) < max(kept), "no page was dropped: the scrollback never filled"
-        want = share / (cols * PLAIN_CELL_BYTES)
+        want = min(g.SCROLLBACK_LINES, share / (cols * PLAIN_CELL_BYTES))
         assert 0.75 * want <= max(kept) <= 1.3 * want, (max(kept), want)
     finally:
         shipped.close()
