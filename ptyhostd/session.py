@@ -63,8 +63,13 @@ MAX_RESIZES = 64  # resizes kept for a model not yet fed up to them
 # An engine that releases the GIL while it parses (ghostty: engine.follows_output) is fed
 # as output arrives, at most this much per turn in the screen pool, so a repaint,
 # snapshot or history is a read of a current model, whatever came before; a request
-# that comes during a turn waits for it (64 KiB of text: ~0.2 ms of ghostty here).
-FOLLOW_CHUNK = 64 * 1024
+# that comes during a turn waits for it.  A turn takes what the ring has, up to the lag
+# bound and a read (~224 KiB of text: ~0.7 ms of ghostty here): 256 KiB turns against
+# 64 KiB, alternated in one instance (bench/trees.py, 4 rounds each, 2026-12-04): `cat`
+# 43.9 -> 51.9 MB/s at 80x24 and 44.9 -> 52.9 at 200x50, echo beside a flood p99 1.92 ->
+# 1.74 and 1.71 -> 1.48 ms (fewer hops to the pool, each two thread hand-offs), and the
+# same snapshot right after a flood within the rounds' spread.
+FOLLOW_CHUNK = 256 * 1024
 # Every byte is fed (issue 13): a model further behind the ring than it parses in
 # MODEL_LAG_SECONDS stops the reading of its pty (the program blocks on a full pty, as
 # under tmux, whose one parser sets everyone's pace) until it is within half of that.
