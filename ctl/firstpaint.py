@@ -140,12 +140,13 @@ def attempt(argv: list[str]) -> None:
     try:
         sock.settimeout(seconds)
         sock.connect(path)
-        first = hello()
+        first = b""  # with no ID, Hello went with the question asked first
         if opened.session is None:  # `attach`: ask which first, on the same connection
-            first = b""
             if not _choose(opened, seconds):
                 sock.close()
                 return
+        else:
+            first = hello()
         sock.sendall(first + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
                                                token=opened.token, history=history)))
         if not _read_until_repaint(opened):
