@@ -11,21 +11,23 @@ bytes of a full ring are scratch space for the next read, so what is held is
 ``capacity - guard`` bytes.
 
 Crash safety of the one window that remains (killed after the read, before ``head`` is
-advanced): before each read the target region is zeroed and its exact length, taken
-from ``FIONREAD``, is recorded as ``pending`` at ``pending_at == head``.  On adoption a
-pending region that holds any non-zero byte was read (advance ``head``); an all-zero one
-was not (its bytes are still in the pty).  The only ambiguity left is a chunk made
-entirely of NUL bytes, which is then treated as unread and lost; terminals essentially
-never produce one.
+advanced): before each read the target region (``READ_SIZE``, the most a pty read gives)
+is zeroed and recorded as ``pending`` at ``pending_at == head``, flagged ``UP_TO``: the
+read fills some of it.  On adoption the pending region was read up to its last non-zero
+byte (advance ``head`` that far); an all-zero one was not read (its bytes are still in
+the pty).  The only ambiguity left is NUL bytes at the end of the chunk being read at the
+instant of the crash: treated as unread and lost; terminals essentially never print
+them.  (A pending length without ``UP_TO``, written by hosts before it, was exact: taken
+whole if any byte of it is non-zero.)  A newer ring adopted by an older host: the
+flagged length is past its ``guard`` check, so it drops the region in the window, never
+takes zeros for output.
 """
 
 from __future__ import annotations
 
-import fcntl
 import mmap
 import os
 import struct
-import termios
 
 from .fd import Fd
 from .stamps import Stamps
@@ -33,8 +35,15 @@ from .stamps import Stamps
 MAGIC = b"CLWRING1"
 _HEADER = struct.Struct("<8sQQQQ")  # magic, capacity, head, pending, pending_at
 DATA = 4096
-MAX_CHUNK = 64 * 1024  # the most one read takes from a pty
-_ZEROS = bytes(MAX_CHUNK)
+MAX_CHUNK = 64 * 1024  # the most one read may take (a ring's guard is at most this)
+# What one read asks for: the most a pty's line discipline holds (N_TTY_BUF_SIZE), so one
+# read takes all there is.  Not sized by FIONREAD first: it counts only what the kernel's
+# worker has already moved into that buffer, and in a flood it often had not, so reads of
+# 1 byte (to make the read wait for the worker) were 42 % of all, each after an ioctl:
+# four syscalls a 4 KiB where one does (docs/design.md, "One read a 4 KiB").
+READ_SIZE = 4096
+UP_TO = 1 << 63  # in ``pending``: the read fills a prefix of the region, not all of it
+_ZEROS = memoryview(bytes(MAX_CHUNK))
 _OFF_HEAD = 16
 _OFF_PENDING = 24
 _Q = struct.Struct("<Q")
@@ -57,7 +66,7 @@ class Ring:
         # Each read zeroes up to ``guard`` bytes ahead of head, i.e. the oldest bytes of
         # a full ring; they are never reported as held.
         self.guard = min(MAX_CHUNK, capacity // 4)
-        self._inq = bytearray(4)
+        self._read_size = min(READ_SIZE, self.guard)
         self.stamps: Stamps | None = None  # set by create/adopt, in the header page
 
     @classmethod
@@ -119,8 +128,12 @@ class Ring:
         above) and load the stamps: when this process becomes the ring's only writer."""
         _magic, _cap, head, pending, pending_at = _HEADER.unpack_from(self._mm, 0)
         self.head = head
+        up_to, pending = pending & UP_TO, pending & ~UP_TO
         if pending and pending_at == head and pending <= self.guard:
-            if any(v.tobytes().count(0) != len(v) for v in self._region(head, pending)):
+            region = b"".join(v.tobytes() for v in self._region(head, pending))
+            if up_to:
+                self.head = head + len(region.rstrip(b"\0"))
+            elif region.count(0) != len(region):
                 self.head = head + pending
             _QQ.pack_into(self._mm, _OFF_HEAD, self.head, 0)
         self.stamps = Stamps.load(self._mm, self.head)
@@ -152,14 +165,12 @@ class Ring:
         Raises what ``readv`` raises (BlockingIOError when nothing is there, EIO when the
         slave side has gone away).
         """
-        fcntl.ioctl(fd, termios.FIONREAD, self._inq)
-        want = int.from_bytes(self._inq, "little") or 1
-        want = min(want, self.guard)
+        want = self._read_size
         head = self.head
         views = self._region(head, want)
         for v in views:
             v[:] = _ZEROS[:len(v)]
-        _QQ.pack_into(self._mm, _OFF_PENDING, want, head)
+        _QQ.pack_into(self._mm, _OFF_PENDING, want | UP_TO, head)
         # If readv raises, pending stays set over an all-zero region: adopt() reads that
         # as "not read", which is the truth.
         got = os.readv(fd, views)

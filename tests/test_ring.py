@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from ptyhostd import pty
-from ptyhostd.ring import DATA, Ring, RingError
+from ptyhostd.ring import DATA, READ_SIZE, UP_TO, Ring, RingError
 
 
 @pytest.fixture
@@ -59,7 +59,8 @@ def _set_pending(ring, data, pending):
     """Simulate a crash: the region is zeroed and marked pending; optionally the kernel
     already copied ``data`` in, but the head was never advanced."""
     pos = ring.head % ring.capacity
-    ring._mm[DATA + pos:DATA + pos + pending] = bytes(pending)
+    length = pending & ~UP_TO
+    ring._mm[DATA + pos:DATA + pos + length] = bytes(length)
     struct.pack_into("<QQ", ring._mm, 24, pending, ring.head)
     if data:
         ring._mm[DATA + pos:DATA + pos + len(data)] = data
@@ -79,6 +80,76 @@ def test_crash_before_read_is_not_counted(pair):
     _set_pending(ring, b"", 3)
     again = _adopt_copy(ring)
     assert again.head == 0
+    again.close()
+    ring.close()
+
+
+def test_crash_after_a_read_of_part_of_the_region_is_recovered():
+    """A read asks for READ_SIZE and gets what the pty has: the region is pending "up
+    to" its length, and adoption takes what the read put there."""
+    ring = Ring.create("t", 1 << 16)  # its guard holds a whole READ_SIZE
+    _set_pending(ring, b"abc\x1b[0m", READ_SIZE | UP_TO)
+    again = _adopt_copy(ring)
+    assert again.head == 7 and again.read(0) == b"abc\x1b[0m"
+    again.close()
+    ring.close()
+
+
+def test_crash_before_a_read_up_to_is_not_counted():
+    ring = Ring.create("t", 1 << 16)  # its guard holds a whole READ_SIZE
+    _set_pending(ring, b"", READ_SIZE | UP_TO)
+    again = _adopt_copy(ring)
+    assert again.head == 0
+    again.close()
+    ring.close()
+
+
+def test_crash_window_loses_only_the_chunks_trailing_nuls():
+    """The documented ambiguity: NULs ending the chunk read at the instant of a crash
+    are taken as unread; every byte before them is kept."""
+    ring = Ring.create("t", 1 << 16)  # its guard holds a whole READ_SIZE
+    _set_pending(ring, b"a\0b\0\0", READ_SIZE | UP_TO)
+    again = _adopt_copy(ring)
+    assert again.head == 3 and again.read(0) == b"a\0b"
+    again.close()
+    ring.close()
+
+
+def test_crash_during_a_read_across_the_wrap_is_recovered(pair):
+    master, slave = pair
+    ring = Ring.create("t", 4096)
+    os.write(slave.fd, b"x" * 4000)
+    while ring.head < 4000:
+        select.select([master.fd], [], [], 5)
+        ring.fill_from(master.fd)
+    # The next read's region runs past the end of the ring and on from its start.
+    pos = ring.head % ring.capacity
+    chunk = b"y" * (ring.capacity - pos) + b"zz"
+    struct.pack_into("<QQ", ring._mm, 24, ring._read_size | UP_TO, ring.head)
+    ring._mm[DATA + pos:DATA + ring.capacity] = chunk[:ring.capacity - pos]
+    ring._mm[DATA:DATA + ring._read_size - (ring.capacity - pos)] = \
+        b"zz" + bytes(ring._read_size - (ring.capacity - pos) - 2)
+    again = _adopt_copy(ring)
+    assert again.head == 4000 + len(chunk)
+    assert again.read(4000) == chunk
+    again.close()
+    ring.close()
+
+
+def test_a_read_takes_all_the_pty_holds_in_one_call(pair):
+    """No FIONREAD first: one read takes what the line discipline holds (up to
+    READ_SIZE), and a pty with nothing in it raises BlockingIOError."""
+    master, slave = pair
+    ring = Ring.create("t", 1 << 20)
+    os.write(slave.fd, b"q" * 3000)
+    select.select([master.fd], [], [], 5)
+    assert ring.fill_from(master.fd) == 3000
+    with pytest.raises(BlockingIOError):
+        ring.fill_from(master.fd)
+    assert ring.head == 3000 and ring.read(0) == b"q" * 3000
+    # The refused read left its zeroed region pending: adopted, it is "not read".
+    again = _adopt_copy(ring)
+    assert again.head == 3000 and again.read(0) == b"q" * 3000
     again.close()
     ring.close()
 
