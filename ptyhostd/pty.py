@@ -61,6 +61,13 @@ def get_size(fd: int) -> tuple[int, int]:
     return cols, rows
 
 
+def held(fd: int) -> int:
+    """Bytes the pty's line discipline holds now (FIONREAD): a read returns them at once.
+    A read when it holds none first waits for the kernel's worker to move over what the
+    other side wrote (in a flood, 50-250 us of the caller's time)."""
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), "little")
+
+
 def write_some(fd: int, data: bytes) -> int:
     """Write what the pty accepts now without blocking; returns the count written."""
     try:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 import clowder_wire as protocol
 from clowder_common import events
 
-from . import engine, screenmemory
+from . import engine, pty, screenmemory
 from .fd import Fd
 from .keystrokes import KEYSTROKES, TYPING_WAKE_BYTES
 from .inputqueue import InputQueue
@@ -53,6 +53,11 @@ UNIT_PREFIX = "clowder-session-"
 # session, a wake stops at keystrokes.TYPING_WAKE_BYTES instead (keystrokes.py says why).
 READS_PER_WAKE = 16
 WAKE_BYTES = 64 * 1024
+# A read of a flooding pty whose line discipline is empty waits in the kernel for its
+# worker to move the next 4 KiB over (tty_buffer_flush_work): good for a flood's
+# throughput, but while another session has input the echo waited behind those waits
+# (an 8 KiB wake held the loop ~250 us, docs/design.md "No waiting beside typing").
+# Then a wake's reads after its first are made only if the pty holds bytes already.
 # The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
 # the screen pool, screenwork.py): past this, it is rebuilt from the newest bytes instead.
 SCREEN_CATCH_UP = 256 * 1024
@@ -423,13 +428,18 @@ class Session:
         ring = self.ring
         start = ring.head
         fd = self.master.fd
-        wake = TYPING_WAKE_BYTES if KEYSTROKES.others_typing(self.id, now) else WAKE_BYTES
+        typing = KEYSTROKES.others_typing(self.id, now)
+        wake = TYPING_WAKE_BYTES if typing else WAKE_BYTES
         # Each read adds at most the ring's guard: stopping at ``room`` keeps all of
         # this wake's bytes among those the ring holds (capacity - guard), however small
         # the ring.
         room = min(wake, ring.capacity - 2 * ring.guard)
         try:
-            for _ in range(READS_PER_WAKE):
+            for i in range(READS_PER_WAKE):
+                # While someone types elsewhere, no read that would wait for the kernel's
+                # worker (docs/design.md "No waiting beside typing"): the loop is theirs as soon as the pty is empty.
+                if i and typing and not pty.held(fd):
+                    break
                 if not ring.fill_from(fd) or ring.head - start >= room:
                     break
         except BlockingIOError:

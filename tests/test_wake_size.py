@@ -15,10 +15,10 @@ import pytest
 from ptyhostd import keystrokes
 from ptyhostd.fd import Fd
 from ptyhostd.keystrokes import TYPING_WAKE_BYTES, TYPING_WINDOW, Keystrokes
-from ptyhostd.ring import Ring
+from ptyhostd.ring import READ_SIZE, Ring
 from ptyhostd.session import WAKE_BYTES, Session
 
-PTY_READ_MAX = 4095  # what one read of a pty master gives at most (n_tty's buffer)
+PTY_READ_MAX = READ_SIZE  # what one read of a pty master gives at most (n_tty's buffer)
 
 
 def test_the_record_answers_for_every_session():
@@ -92,3 +92,39 @@ def test_a_flood_wakes_small_only_while_another_session_has_input(flooded_sessio
     after = _wakes(s, now + TYPING_WINDOW)
     assert max(after) > TYPING_WAKE_BYTES + PTY_READ_MAX, \
         f"wakes stayed small after the window: {after}"
+
+
+def _reads(s: Session, now: float, wakes: int = 30) -> list[list[int]]:
+    """For each of ``wakes`` wakes, what the pty held (FIONREAD) before each of its reads."""
+    from ptyhostd import pty
+    ring, real = s.ring, s.ring.fill_from
+    seen: list[list[int]] = []
+
+    def spy(fd):
+        seen[-1].append(pty.held(fd))
+        return real(fd)
+    ring.fill_from = spy
+    try:
+        for _ in range(wakes):
+            ready, _, _ = select.select([s.master.fd], [], [], 10.0)
+            assert ready, "the flooded pty was not readable within 10 s"
+            seen.append([])
+            s._pump(now)
+    finally:
+        del ring.fill_from
+    return seen
+
+
+def test_beside_typing_a_flood_makes_no_read_that_waits_for_the_kernel(flooded_session):
+    """A read of an empty line discipline waits for the kernel's worker (50-250 us in a
+    flood): beside another session's input every read after a wake's first is made only
+    when the pty already holds bytes; alone, a wake reads on through such waits."""
+    s = flooded_session
+    now = time.monotonic()
+    alone = _reads(s, now)
+    assert sum(len(w) for w in alone) > len(alone), f"no wake read twice alone: {alone}"
+    keystrokes.KEYSTROKES.typed("another-session", now)
+    beside = _reads(s, now + TYPING_WINDOW / 2, wakes=300)
+    waited = [w for w in beside if 0 in w[1:]]
+    assert not waited, f"reads of an empty pty beside typing (FIONREAD per read): {waited}"
+    assert all(w and w[0] > 0 for w in beside), f"a wake found nothing to read: {beside}"
