@@ -27,13 +27,16 @@ from .ghostty_abi import GhosttyError, ffi, init_sized, lib, union_fn
 
 from .screen_render import ATTRS_DEFAULT, NAMES, Cell
 
-# Every YIELD_ROWS rows read, the reading thread (the screen pool's) sleeps briefly so
-# the event loop gets the GIL.  The switch interval does not do it here: the cffi calls
-# of each row release and retake the GIL, and CPython forces a switch only when a
-# waiting thread saw no release for a whole interval, so the loop waited for the end of
-# a 500x500 JSON snapshot: a 1 ms ticker thread beside one was 170-290 ms late, 4.6 ms
-# with these sleeps (in one process; the JSON took 290 ms, 300 ms with them).
-YIELD_ROWS = 8
+# Once rows have been read for YIELD_AFTER seconds since the last pause, the reading
+# thread (the screen pool's) sleeps briefly so the event loop gets the GIL.  The switch
+# interval does not do it here: the cffi calls of each row release and retake the GIL,
+# and CPython forces a switch only when a waiting thread saw no release for a whole
+# interval, so the loop waited for the end of a 500x500 JSON snapshot: a 1 ms ticker
+# thread beside one was 170-290 ms late, 4.6 ms with a sleep every 8 rows (in one
+# process; the JSON took 290 ms, 300 ms with them).  Paced by time, not rows: every 8
+# rows, an 80x24 screen's JSON slept 3 times, 0.85 of its 2.1 ms (docs/design.md
+# "Snapshots beside other sessions' echo").
+YIELD_AFTER = 0.002
 YIELD_SECONDS = 0.0002
 
 _URI_CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")
@@ -191,11 +194,14 @@ class Cells:
         wide character left at the end of a row is a blank), up to the last one that is
         not a blank of the default attributes."""
         y = 0
+        clock = time.perf_counter
+        since = clock()
         while y < self._rows and lib.ghostty_render_state_row_iterator_next(self._iter[0]):
             yield self._row(y)
             y += 1
-            if y % YIELD_ROWS == 0:
+            if clock() - since >= YIELD_AFTER:
                 time.sleep(YIELD_SECONDS)
+                since = clock()
         while y < self._rows:  # never seen: a render state has every row of the area
             yield []
             y += 1
