@@ -437,7 +437,8 @@ class Session:
         try:
             for i in range(READS_PER_WAKE):
                 # While someone types elsewhere, no read that would wait for the kernel's
-                # worker (docs/design.md "No waiting beside typing"): the loop is theirs as soon as the pty is empty.
+                # worker: the loop is theirs as soon as the pty is empty (docs/design.md
+                # "No waiting beside typing").
                 if i and typing and not pty.held(fd):
                     break
                 if not ring.fill_from(fd) or ring.head - start >= room:
