@@ -47,9 +47,10 @@ UNIT_PREFIX = "clowder-session-"
 # Bounds how long one flooding session holds the loop.  A pty master gives at most
 # 4 KiB a read (n_tty's buffer; ring.READ_SIZE), so a wake reads up to READS_PER_WAKE
 # times, stopping at WAKE_BYTES, and only then forwards what it read: one Output frame,
-# one send and one scan for the lot, not one a read (the per-read Python cost was most of the loop's time in a flood, py-spy).
-# Then other sessions' keystrokes get their turn; while someone types into another
-# session, a wake stops at keystrokes.TYPING_WAKE_BYTES instead (keystrokes.py says why).
+# one send and one scan for the lot, not one a read (the per-read Python cost was most
+# of the loop's time in a flood, py-spy).  Then other sessions' keystrokes get their
+# turn; while someone types into another session, a wake stops at
+# keystrokes.TYPING_WAKE_BYTES instead (keystrokes.py says why).
 READS_PER_WAKE = 16
 WAKE_BYTES = 64 * 1024
 # A read of a flooding pty whose line discipline is empty waits in the kernel for its
