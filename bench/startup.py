@@ -16,7 +16,10 @@ each, alternating clowder and tmux so that the load of a shared machine falls on
 - `clowderctl attach ID` to its first full paint, beside `tmux attach`: each client is
   started on a new 80x24 pty and timed until the screen's bottom row (a marker) has been
   drawn, then hung up; and `clowderctl attach` with no ID (the newest running session,
-  here the only one), beside `tmux attach` with no target.
+  here the only one), beside `tmux attach` with no target;
+- `ps`, `attach ID` and `attach` again through clowderctl as the .deb/.rpm install it
+  (packaging/install-tree.sh's wrapper: Debian's python3 started with -S, the private
+  directory byte-compiled), the form users run.
 
 Prints a table of medians (ms) and the ratios to tmux; asserts nothing about time.
 --tree lets the same harness measure an older tree (a `git archive` of it).
@@ -64,6 +67,7 @@ def outer(args) -> int:
     subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
                     "--no-deps", "--force-reinstall", "."], cwd=args.src, check=True)
     subprocess.run(["rm", "-rf", "build"], cwd=args.src)
+    packaged(args.src)
     # The harness is this checkout's, whatever tree is measured: it drives clowder only
     # through clowderctl, so it works with any version's code.
     harness = os.path.join(args.src, ".startup-harness")
@@ -93,6 +97,29 @@ def outer(args) -> int:
     return 0
 
 
+def packaged(src: str) -> None:
+    """clowderctl as the .deb/.rpm install it, beside the venv's: install-tree.sh's
+    wrapper (Debian's python3, -S) and private directory, byte-compiled as py3compile
+    does on installation, under SRC/.packaged (the wrapper pointed there)."""
+    dest = os.path.join(src, ".packaged")
+    if not os.path.exists(os.path.join(src, "packaging", "install-tree.sh")):
+        return  # an older tree: its rows are left out
+    vendor = os.path.join(src, "webd", "static", "vendor")
+    if not os.path.exists(os.path.join(vendor, "xterm.js")):  # a `git archive`: not built
+        subprocess.run(["cp", "-rT", os.path.join(ROOT, "webd", "static", "vendor"), vendor],
+                       check=True)
+    subprocess.run(["sh", "packaging/install-tree.sh", dest, "/usr/bin/python3"], cwd=src,
+                   check=True)
+    private = dest + "/usr/share/clowder"
+    wrapper = os.path.join(dest, "usr", "bin", "clowderctl")
+    with open(wrapper) as f:
+        text = f.read().replace('"/usr/share/clowder"', repr(private))
+    with open(wrapper, "w") as f:
+        f.write(text)
+    subprocess.run(["/usr/bin/python3", "-m", "compileall", "-q", private], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def table(r: dict) -> str:
     rows = [("`clowderctl --help`", "help", "`python -c pass`", "python"),
             ("`clowderctl --help`", "help", "`python -c 'import argparse, json, ...'`",
@@ -102,7 +129,12 @@ def table(r: dict) -> str:
             ("`clowderctl attach ID` to first full paint", "attach", "`tmux attach -t`",
              "tmux_attach"),
             ("`clowderctl attach` (no ID) to first full paint", "attach_newest",
-             "`tmux attach`", "tmux_attach_newest")]
+             "`tmux attach`", "tmux_attach_newest"),
+            ("`clowderctl ps`, packaged", "ps_pkg", "`tmux ls`", "tmux_ls"),
+            ("`clowderctl attach ID`, packaged", "attach_pkg", "`tmux attach -t`",
+             "tmux_attach"),
+            ("`clowderctl attach` (no ID), packaged", "attach_newest_pkg", "`tmux attach`",
+             "tmux_attach_newest")]
     out = [f"runs: {r['runs']} each, medians (ms)", "",
            "| clowder | ms | beside | ms | ratio |", "|---|---|---|---|---|"]
     for name, key, other, okey in rows:
@@ -152,14 +184,20 @@ def inner(args) -> int:
             stop_process(proc)
             os.close(master)
 
+    # The .deb/.rpm's wrapper (packaged() above), if the tree has one.
+    pkg = os.path.join(os.path.dirname(HERE), ".packaged", "usr", "bin", "clowderctl")
+    pkg = pkg if os.path.exists(pkg) else None
     samples: dict[str, list[float]] = {k: [] for k in (
         "python", "stdlib", "help", "ps", "tmux_ls", "attach", "tmux_attach",
-        "attach_newest", "tmux_attach_newest")}
+        "attach_newest", "tmux_attach_newest") + (
+        ("ps_pkg", "attach_pkg", "attach_newest_pkg") if pkg else ())}
     stdlib = [sys.executable, "-c", "import argparse, json, re, select, socket"]
     # One warm-up of each (page cache, .pyc files), not counted.
     wall([ctl, "--help"]), wall([ctl, "ps"]), wall([*tmux, "ls"])
     paint([ctl, "attach", sid]), paint([*tmux, "attach", "-t", "startup"])
     paint([ctl, "attach"]), paint([*tmux, "attach"])
+    if pkg:
+        wall([pkg, "ps"]), paint([pkg, "attach", sid]), paint([pkg, "attach"])
     for i in range(args.runs):
         samples["python"].append(wall([sys.executable, "-c", "pass"]))
         samples["stdlib"].append(wall(stdlib))
@@ -170,6 +208,10 @@ def inner(args) -> int:
         samples["attach"].append(paint([ctl, "attach", sid]))
         samples["tmux_attach_newest"].append(paint([*tmux, "attach"]))
         samples["attach_newest"].append(paint([ctl, "attach"]))
+        if pkg:
+            samples["ps_pkg"].append(wall([pkg, "ps"]))
+            samples["attach_pkg"].append(paint([pkg, "attach", sid]))
+            samples["attach_newest_pkg"].append(paint([pkg, "attach"]))
         say(f"run {i + 1}/{args.runs}")
     run([*tmux, "kill-server"], check=False)
     result = {"runs": args.runs,

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
+from . import sitepath
 
-from clowder_common import __version__
-from clowder_wire.host import AGENT_PREFIX
+sitepath.complete()  # before anything a subcommand imports (sitepath.py)
 
-from . import deadline, exits, options
-from .client import ClientError, Unreachable
-from .commands import COMMANDS, add_all
-from .text import shown
-from .transport import Remote
+import argparse  # noqa: E402
+import sys  # noqa: E402
+
+from clowder_common import __version__  # noqa: E402
+from clowder_wire.host import AGENT_PREFIX  # noqa: E402
+
+from . import deadline, exits, options  # noqa: E402
+from .client import ClientError, Unreachable  # noqa: E402
+from .commands import COMMANDS, add_all  # noqa: E402
+from .text import shown  # noqa: E402
+from .transport import Remote  # noqa: E402
 
 # What `--host` runs where: control commands through a relay to clowder-control, session
 # commands through a relay to the PTY host (which then checks the ssh user's own uid).

@@ -40,8 +40,12 @@ find "$destdir$PRIVATE" -type f -exec chmod 0644 {} +
 for entry in $PROGRAMS; do
 	name=${entry%%:*}
 	module=${entry#*:}
+	# clowderctl starts without site (-S): its quick paths need only the standard library
+	# and the private directory; any other command line runs site first (ctl/sitepath.py).
+	flags=
+	[ "$name" = clowderctl ] && flags=" -S"
 	cat > "$destdir/usr/bin/$name" <<EOF
-#!$python
+#!$python$flags
 # clowder's $name.  Its Python packages are in $PRIVATE, not on Python's own path
 # (PyPI has unrelated projects named ctl and clowder): put it first, then run $module.
 import sys

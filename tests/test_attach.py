@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, wait_for
+from conftest import PYTHON, ROOT, wait_for
 
 DETACH = b"\x1c"  # Ctrl-\, the default detach key
 PROMPT = "sh-ready> "
@@ -702,10 +702,12 @@ def test_recent_history_goes_into_the_terminal_scrollback(host, attach):
     assert b.finish() == 0
 
 
-@pytest.mark.parametrize("lines", [0, 250])
-def test_history_lines_asked_are_drawn_before_the_command_line(host, attach, lines):
+@pytest.mark.parametrize("lines,site", [(0, True), (250, True), (250, False)])
+def test_history_lines_asked_are_drawn_before_the_command_line(host, attach, lines, site):
     """`attach --history N ID` is drawn before the rest of clowderctl is imported
-    (ctl/firstpaint.py), with the N lines asked for in the scrollback (none for 0)."""
+    (ctl/firstpaint.py), with the N lines asked for in the scrollback (none for 0); also
+    by an interpreter started without site (-S, as the packages' clowderctl starts it:
+    ctl/sitepath.py), which has not imported site by then."""
     sid = host.spawn("sh", "-c", "i=1; while [ $i -le 300 ]; do printf 'L%04d\\n' $i; "
                                  "i=$((i+1)); done; exec tail -f /dev/null")
     wait_for(lambda: b"L0300" in host.backlog(sid), 15, "the session's 300 lines")
@@ -714,7 +716,10 @@ def test_history_lines_asked_are_drawn_before_the_command_line(host, attach, lin
     saved = host.env
     host.env = {**saved, "PROBE_OUT": f"{probe_dir}/drawn"}
     try:
-        client = attach(sid, "--history", str(lines), entry=("-c", DRAW_PROBE))
+        entry = ("-c", DRAW_PROBE) if site else (
+            "-S", "-c", "import sys; sys.path.insert(0, sys.argv.pop(1))\n"
+            + DRAW_PROBE.replace("'ctl.client')", "'ctl.client', 'site')"), ROOT)
+        client = attach(sid, "--history", str(lines), entry=entry)
         client.expect(b"L0300", what="the screen's last line")
         with open(f"{probe_dir}/drawn") as f:
             assert f.read() == repr((sid, [])), "not drawn before the command line"

@@ -272,6 +272,25 @@ def test_plain_ps_is_answered_before_the_command_line_as_the_full_path_answers(h
             assert rows[killed][4] != "running", rows
 
 
+def test_quick_ps_needs_no_site(host):
+    """The packages' clowderctl starts Python with -S (ctl/sitepath.py): `ps` is answered
+    as the full path answers, before site is imported; a command line that goes on to
+    the full path runs site first."""
+    sid = host.spawn("cat")
+    probe = ("import sys; sys.path.insert(0, sys.argv.pop(1))\n"
+             + QUICK_PROBE.replace("'ctl.commands')", "'ctl.commands', 'site')"))
+    for args, quick in ((["ps", "--all"], True), (["--timeout", "20", "ps", "--all"], False)):
+        def same() -> bool:
+            proc = host.run([PYTHON, "-S", "-c", probe, ROOT, "--socket", host.socket, *args])
+            table, _, names = proc.stdout.decode().rpartition("IMPORTED ")
+            assert names.strip() == "[]" if quick else "'site'" in names, (args, names)
+            full = host.ctl("--timeout", "20", "ps", "--all").stdout.decode()
+            same.last = (table, full)
+            return table == full and sid in table
+        # Another test's session may end between the two listings: they agree once it did.
+        assert poll(same, 15, 0.05), "ps {} with -S:\n{}\n{}".format(args, *same.last)
+
+
 def test_quick_ps_leaves_a_fleet_and_its_errors_to_the_full_path(host):
     """With a client configuration (its hosts: make ps a fleet; named by
     $CLOWDER_CLIENT_CONFIG or found at its default place), a socket where nothing

@@ -774,6 +774,31 @@ def test_the_private_layout_runs_the_programs_and_their_children(tmp_path):
     assert proc.stdout.startswith("ptyhostd ") and "OK (0 agents)" in proc.stdout, proc
 
 
+def test_the_packaged_clowderctl_starts_without_site_and_runs_it_when_needed(tmp_path):
+    """The packages' clowderctl starts Python with -S (no site: ctl/sitepath.py says why),
+    the other programs without; run through its own first line, a command line that
+    needs what only site puts on the path still gets it: a client configuration file is
+    read with PyYAML, which Debian keeps in dist-packages."""
+    run(["sh", os.path.join(ROOT, "packaging", "install-tree.sh"), str(tmp_path)], cwd=ROOT)
+    firsts = {}
+    for name in PROGRAMS:
+        with open(tmp_path / "usr" / "bin" / name) as f:
+            firsts[name] = f.readline().strip()
+    assert firsts == {name: "#!/usr/bin/python3" + " -S" * (name == "clowderctl")
+                      for name in PROGRAMS}, firsts
+    wrapper = tmp_path / "clowderctl"
+    text = (tmp_path / "usr" / "bin" / "clowderctl").read_text()
+    wrapper.write_text(text.replace(f'"{PRIVATE}"', repr(str(tmp_path) + PRIVATE)))
+    wrapper.chmod(0o755)
+    config = tmp_path / "client.yaml"
+    config.write_text("hosts: [local]\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CLOWDER_CLIENT_CONFIG": str(config)}
+    proc = run([str(wrapper), "--socket", str(tmp_path / "none.sock"), "ps"], check=False,
+               cwd="/", env=env)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc
+    assert "local unreachable: nothing listens at" in proc.stdout + proc.stderr, proc
+
+
 def test_the_example_configuration_is_valid(tmp_path):
     """The conffile /etc/clowder/clowder.yaml as shipped (no agent), and its commented
     example once uncommented, pass `clowderctl config check`'s check."""
