@@ -112,6 +112,27 @@ def test_follow_json_reports_a_sessions_life_in_order_and_the_journal_has_it(hos
              f"(missing {[k for k in ORDER if events.IDS[k] not in journal()]})")
 
 
+def test_the_hosts_journal_entries_carry_the_fields_of_a_log_line(host):
+    """Each host log line is one journal entry with its message, priority, identifier,
+    logger, the code's place and thread, and the line's own UPPERCASE fields (the event's
+    MESSAGE_ID, CLOWDER_*), and no lowercase name (clowder_common/log.JournalHandler)."""
+    sid = host.spawn("sh", "-c", "exit 7")
+
+    def ended() -> list:
+        out = subprocess.run(["journalctl", "--no-pager", "-o", "json",
+                              f"CLOWDER_SESSION={sid}",
+                              f"MESSAGE_ID={events.IDS['session-ended']}"],
+                             capture_output=True, text=True).stdout
+        return [json.loads(line) for line in out.splitlines()]
+    [entry] = wait_for(ended, 15, "the session's end in the journal")
+    assert entry["SYSLOG_IDENTIFIER"] == "ptyhostd" and entry["LOGGER"] == "ptyhostd", entry
+    assert entry["PRIORITY"] == "6" and sid in entry["MESSAGE"], entry
+    assert entry["CODE_FILE"].endswith(".py") and "/ptyhostd/" in entry["CODE_FILE"], entry
+    assert entry["CODE_LINE"].isdigit() and entry["CODE_FUNC"] and entry["THREAD_NAME"], entry
+    assert entry["CLOWDER_EVENT"] == "session-ended", entry
+    assert not [k for k in entry if not k.isupper()], entry
+
+
 def test_another_user_sees_none_of_it(system_host):  # noqa: F811
     h = system_host
     bob = Stream(h, user="bob")
