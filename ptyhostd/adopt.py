@@ -84,7 +84,7 @@ class Adoption:
         host.input_seq = inputseq.InputSeqTable.start(stored.pop(inputseq.NAME, []))
         await host._adopt(records, stored, save_now=not valid)
         host._restore_saved()
-        if host.start_cause == "restart":
+        if host.start_cause == "restart" and not manifest.unmark():
             host.save()  # without the mark: a crash from now on is not a restart
         for fd in stored.get(handoff.SCREENS, []):
             host._spawn_task(host._seed_screens(handoff.unpack_screens(fd)))

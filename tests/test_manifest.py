@@ -1,0 +1,48 @@
+"""The manifest's two memfd copies (ptyhostd/manifest.py): a restart's start takes the
+"left" mark off by writing the adopted body again, not every session re-encoded."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ptyhostd.manifest import SLOTS, Manifest
+
+RECORDS = ['{"id":"a1","state":"running","argv":["sh"]}', '{"id":"b2","state":"exited"}']
+
+
+def parked(m: Manifest) -> dict[str, int]:
+    """The copies as a next start gets them from the FD store: new fds of the memfds."""
+    return {slot: os.dup(m.fds[slot].fd) for slot in SLOTS}
+
+
+def test_unmark_writes_the_adopted_sessions_without_the_restart_mark():
+    old = Manifest.create()
+    old.write_sessions(RECORDS, left="restart")
+    m, content = Manifest.adopt(parked(old))
+    assert content["left"] == "restart" and [r["id"] for r in content["sessions"]] == ["a1", "b2"]
+    gen = m.generation
+    assert m.unmark() is True
+    after, content2 = Manifest.adopt(parked(m))
+    assert "left" not in content2 and content2["sessions"] == content["sessions"], content2
+    assert after.generation == gen + 1
+    assert m.unmark() is False  # once: the body is no longer the newest
+    for x in (old, m, after):
+        x.close()
+
+
+@pytest.mark.parametrize("case", ["written-since", "no-mark"])
+def test_unmark_writes_nothing_unless_the_adopted_body_is_newest_and_marked(case):
+    old = Manifest.create()
+    old.write_sessions(RECORDS, left="restart" if case == "written-since" else "")
+    m, _ = Manifest.adopt(parked(old))
+    if case == "written-since":  # a change during adoption saved the table whole
+        m.write_sessions(RECORDS[:1])
+    gen = m.generation
+    assert m.unmark() is False and m.generation == gen
+    _, content = Manifest.adopt(parked(m))
+    assert "left" not in content
+    assert len(content["sessions"]) == (1 if case == "written-since" else 2)
+    old.close()
+    m.close()
