@@ -61,6 +61,27 @@ class UnitState:
         return self.active != "not-found"
 
 
+def _read_own_cgroup() -> str:
+    try:
+        with open("/proc/self/cgroup") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def unit_of_cgroup(text: str) -> Optional[str]:
+    """The service a /proc/PID/cgroup puts its process in (the unified hierarchy's line,
+    else systemd's own named one), or None: not a service's main cgroup."""
+    lines = text.splitlines()
+    for mine in (lambda line: line.startswith("0::"),
+                 lambda line: line.split(":", 2)[1:2] == ["name=systemd"]):
+        for line in lines:
+            name = line.rsplit("/", 1)[-1]
+            if mine(line) and name.endswith(".service"):
+                return name
+    return None
+
+
 def private_socket_path(user: bool) -> str:
     """Where the manager's private socket is."""
     if user:
@@ -471,7 +492,15 @@ class Manager:
         return [(u[0], u[3], u[4]) for u in units]
 
     async def own_job_type(self) -> str:
-        """The type of the job pending on our own unit ("stop", "restart", ... or "")."""
+        """The type of the job pending on our own unit ("stop", "restart", ... or "").
+
+        Asked as SIGTERM comes, so a restart's blackout waits for it: one ListJobs
+        (our unit named by our cgroup) instead of finding our unit, its job and the
+        job's type, three round trips (~4 ms of a restart here)."""
+        unit = unit_of_cgroup(_read_own_cgroup())
+        if unit is not None:
+            (jobs,) = await self._call(_MANAGER, "ListJobs", what="listing the jobs")
+            return next((job[2] for job in jobs if job[1] == unit), "")
         (path,) = await self._call(_MANAGER, "GetUnitByPID", "u", (os.getpid(),))
         addr = DBusAddress(path, bus_name=_SYSTEMD, interface=_PROPS)
         (job,) = await self._call(addr, "Get", "ss", (_SYSTEMD + ".Unit", "Job"))

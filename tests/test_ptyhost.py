@@ -17,6 +17,9 @@ import pytest
 
 from conftest import PYTHON, socket_sampler, wait_for
 
+from clowder_common import events
+from ptyhostd.manager import unit_of_cgroup
+
 # A program that prints a numbered line every millisecond until told to stop.
 COUNTER = ("import sys, time\n"
            "i = 0\n"
@@ -127,6 +130,35 @@ def test_client_served_after_host_comes_back(host):
         assert host.show("clowder-ptyhost.service", "MainPID")["MainPID"] != str(old)
     assert sid.encode() in proc.stdout
     assert not missing, "the socket file disappeared while the host was down"
+
+
+def test_the_host_tells_a_restart_from_a_bare_sigterm(host):
+    """As SIGTERM comes the host asks systemd for its own unit's job (one ListJobs,
+    the unit named by its cgroup): a restart's keeps every session parked and is said
+    as such; a SIGTERM with no job (a kill by hand) keeps them too, said as a signal."""
+    sid = host.spawn("cat")
+
+    def exits(pid: int) -> list:
+        out = host.run(["journalctl", "--no-pager", "-o", "json", f"_PID={pid}",
+                        f"MESSAGE_ID={events.IDS['host-exiting']}"]).stdout.decode()
+        return [json.loads(line)["CLOWDER_CAUSE"] for line in out.splitlines()]
+    old = host.main_pid()
+    host.restart()
+    assert wait_for(lambda: exits(old), 10, "the old host's exit line") == ["restart"]
+    old = host.main_pid()
+    os.kill(old, signal.SIGTERM)
+    host.wait_ready(old)
+    assert wait_for(lambda: exits(old), 10, "the old host's exit line") == ["signal"]
+    assert host.ps()[sid]["state"] == "running"
+
+
+def test_the_unit_of_a_cgroup():
+    cases = {"9:name=systemd:/\n0::/system.slice/clowder-ptyhost.service\n":
+             "clowder-ptyhost.service",
+             "12:name=systemd:/user.slice/user-1000.slice/user@1000.service/app.slice/"
+             "clowder-ptyhost.service\n0::/\n": "clowder-ptyhost.service",
+             "0::/user.slice/session-3.scope\n": None, "0::/\n": None, "": None}
+    assert {text: unit_of_cgroup(text) for text in cases} == cases
 
 
 def test_stop_ends_every_session(host):
