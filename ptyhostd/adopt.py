@@ -84,8 +84,12 @@ class Adoption:
         host.input_seq = inputseq.InputSeqTable.start(stored.pop(inputseq.NAME, []))
         await host._adopt(records, stored, save_now=not valid)
         host._restore_saved()
-        if host.start_cause == "restart" and not manifest.unmark():
-            host.save()  # without the mark: a crash from now on is not a restart
+        if host.start_cause == "restart":
+            # Without the mark: a crash from now on is not a restart.  The body parked
+            # does, when it lists exactly the sessions taken (else the table is saved).
+            ids = {r.get("id") for r in records if isinstance(r, dict)}
+            if ids != host.sessions.keys() or not manifest.unmark():
+                host.save()
         for fd in stored.get(handoff.SCREENS, []):
             host._spawn_task(host._seed_screens(handoff.unpack_screens(fd)))
         host._spawn_task(host.keep_screens())

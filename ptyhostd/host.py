@@ -670,7 +670,9 @@ class Host(Adoption):
             log.error("cannot tell a stop from a restart (%s): keeping sessions", exc)
             job = "restart"
         if job != "stop":
-            self.save(left="restart")  # the next start says "restart", not a crash
+            # The next start says "restart", not a crash.
+            if not self.manifest.mark("restart"):
+                self.save(left="restart")
             log.info("exiting for %s; %d sessions stay parked", job or "a signal",
                      len(self.sessions), extra={"CLOWDER_CAUSE": job or "signal",
                                                 **events.fields("host-exiting")})

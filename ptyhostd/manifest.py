@@ -32,6 +32,7 @@ class Manifest:
         self.generation = generation
         self.created = set(created)  # slots whose memfd is new here: not parked yet
         self.adopted = b""  # the body adopt() took, while it is the newest (see unmark)
+        self.unmarked = b""  # the body unmark() wrote, while it is the newest (see mark)
 
     @classmethod
     def create(cls) -> "Manifest":
@@ -90,11 +91,24 @@ class Manifest:
         mark = _mark("restart") + b"}"
         if not body.endswith(mark):
             return False
-        self._write(body[:-len(mark)] + b"}")
+        body = body[:-len(mark)] + b"}"
+        self._write(body)
+        self.unmarked = body
+        return True
+
+    def mark(self, left: str) -> bool:
+        """Write the body unmark() wrote again, marked ``left``, if nothing was written
+        since; False (nothing written) otherwise.  A restart soon after a start (before
+        anything changed the table) then costs its exit no encoding either: the host
+        rewrites the manifest after every change, so the newest body is the table."""
+        body, self.unmarked = self.unmarked, b""
+        if not body:
+            return False
+        self._write(body[:-1] + _mark(left) + b"}")
         return True
 
     def _write(self, body: bytes) -> None:
-        self.adopted = b""  # no longer the newest
+        self.adopted = self.unmarked = b""  # no longer the newest
         self.generation += 1
         slot = SLOTS[self.generation % 2]
         data = _HEADER.pack(MAGIC, self.generation, len(body), zlib.crc32(body)) + body

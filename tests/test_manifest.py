@@ -46,3 +46,24 @@ def test_unmark_writes_nothing_unless_the_adopted_body_is_newest_and_marked(case
     assert len(content["sessions"]) == (1 if case == "written-since" else 2)
     old.close()
     m.close()
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_restart_soon_after_marks_the_body_unmark_wrote_unless_a_change_was_saved(changed):
+    old = Manifest.create()
+    old.write_sessions(RECORDS, left="restart")
+    m, _ = Manifest.adopt(parked(old))
+    assert m.unmark() is True
+    if changed:  # a change of the table is saved whole, as Host.save does
+        m.write_sessions(RECORDS[:1])
+    gen = m.generation
+    assert m.mark("restart") is (not changed)
+    assert m.generation == gen + (not changed)
+    if changed:
+        m.write_sessions(RECORDS[:1], left="restart")  # what the host does instead
+    _, content = Manifest.adopt(parked(m))
+    assert content["left"] == "restart"
+    assert len(content["sessions"]) == (1 if changed else 2), content
+    assert m.mark("restart") is False  # once
+    old.close()
+    m.close()
