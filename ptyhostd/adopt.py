@@ -85,8 +85,9 @@ class Adoption:
         await host._adopt(records, stored, save_now=not valid)
         host._restore_saved()
         if host.start_cause == "restart":
-            # Without the mark: a crash from now on is not a restart.  The body parked
-            # does, when it lists exactly the sessions taken (else the table is saved).
+            # Without the mark: a crash from now on is not a restart.  The parked body,
+            # written again without it, when it lists exactly the sessions taken;
+            # else the table, encoded (Manifest.unmark).
             ids = {r.get("id") for r in records if isinstance(r, dict)}
             if ids != host.sessions.keys() or not manifest.unmark():
                 host.save()
