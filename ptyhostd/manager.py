@@ -73,12 +73,12 @@ def unit_of_cgroup(text: str) -> Optional[str]:
     """The service a /proc/PID/cgroup puts its process in (the unified hierarchy's line,
     else systemd's own named one), or None: not a service's main cgroup."""
     lines = text.splitlines()
-    for mine in (lambda line: line.startswith("0::"),
-                 lambda line: line.split(":", 2)[1:2] == ["name=systemd"]):
-        for line in lines:
-            name = line.rsplit("/", 1)[-1]
-            if mine(line) and name.endswith(".service"):
-                return name
+    unified = [line for line in lines if line.startswith("0::")]
+    named = [line for line in lines if line.split(":", 2)[1:2] == ["name=systemd"]]
+    for line in unified + named:
+        name = line.rsplit("/", 1)[-1]
+        if name.endswith(".service"):
+            return name
     return None
 
 
@@ -496,7 +496,8 @@ class Manager:
 
         Asked as SIGTERM comes, so a restart's blackout waits for it: one ListJobs
         (our unit named by our cgroup) instead of finding our unit, its job and the
-        job's type, three round trips (~4 ms of a restart here)."""
+        job's type, three round trips (with Manifest.mark, the old host's exit at 1,000
+        sessions went from 2.6 to 1.2 ms here)."""
         unit = unit_of_cgroup(_read_own_cgroup())
         if unit is not None:
             (jobs,) = await self._call(_MANAGER, "ListJobs", what="listing the jobs")
