@@ -57,17 +57,24 @@ class RingError(Exception):
 class Ring:
     """The holder of one backlog memfd and its mapping."""
 
-    def __init__(self, fd: Fd, mm: mmap.mmap, capacity: int, head: int):
+    def __init__(self, fd: Fd, mm: mmap.mmap | None, capacity: int, head: int):
         self.fd = fd
+        # An adopted ring is mapped at its first read or write (``_mapping``), not at
+        # adoption: a restart adopts every session before it serves, and a mapping and
+        # its first fault were ~9 of the ~12 us a ring cost there (docs/design.md,
+        # "Start: adopt and reconcile"); a quiet session's ring is never mapped at all.
         self._mm = mm
-        self._view = memoryview(mm)
+        self._view = memoryview(mm) if mm is not None else None
         self.capacity = capacity
         self.head = head
         # Each read zeroes up to ``guard`` bytes ahead of head, i.e. the oldest bytes of
         # a full ring; they are never reported as held.
         self.guard = min(MAX_CHUNK, capacity // 4)
         self._read_size = min(READ_SIZE, self.guard)
-        self.stamps: Stamps | None = None  # set by create/adopt, in the header page
+        # This process is the ring's only writer (a new ring, or ``settle`` was called):
+        # only then are the stamps loaded, which rewrites their index.
+        self._settled = False
+        self._stamps: Stamps | None = None
 
     @classmethod
     def create(cls, name: str, capacity: int) -> "Ring":
@@ -88,7 +95,8 @@ class Ring:
             raise
         _HEADER.pack_into(mm, 0, MAGIC, capacity, 0, 0, 0)
         ring = cls(fd, mm, capacity, 0)
-        ring.stamps = Stamps.create(mm)
+        ring._settled = True
+        ring._stamps = Stamps.create(mm)
         return ring
 
     @classmethod
@@ -99,25 +107,16 @@ class Ring:
         it; nothing is written and the caller calls ``settle`` once that one is gone.
         Raises RingError, with ``raw_fd`` closed, for whatever makes it unusable."""
         fd = Fd(raw_fd, f"ring {name}")
-        mm = ring = None
+        ring = None
         try:
-            size = os.fstat(raw_fd).st_size
-            if size < DATA + 4096:
-                raise RingError(f"ring {name}: memfd of {size} bytes is too small")
-            mm = mmap.mmap(raw_fd, size)
-            magic, capacity, head, pending, pending_at = _HEADER.unpack_from(mm, 0)
-            if magic != MAGIC or DATA + capacity != size:
-                raise RingError(f"ring {name}: bad header (magic {magic!r}, "
-                                f"capacity {capacity})")
-            ring = cls(fd, mm, capacity, head)
+            header = cls._header(raw_fd, name)
+            ring = cls(fd, None, header[1], header[2])
             if settle:
-                ring.settle()
+                ring._settle(header)
             return ring
         except Exception as exc:
             if ring is not None:
                 ring.close()
-            elif mm is not None:
-                mm.close()
             fd.close()
             if isinstance(exc, RingError):
                 raise
@@ -126,7 +125,10 @@ class Ring:
     def settle(self) -> None:
         """Take ``head`` from the header, finish a read that was cut off (``pending``, see
         above) and load the stamps: when this process becomes the ring's only writer."""
-        _magic, _cap, head, pending, pending_at = _HEADER.unpack_from(self._mm, 0)
+        self._settle(_HEADER.unpack(os.pread(self.fd.fd, _HEADER.size, 0)))
+
+    def _settle(self, header: tuple) -> None:
+        _magic, _cap, head, pending, pending_at = header
         self.head = head
         up_to, pending = pending & UP_TO, pending & ~UP_TO
         if pending and pending_at == head and pending <= self.guard:
@@ -136,27 +138,53 @@ class Ring:
             elif region.count(0) != len(region):
                 self.head = head + pending
             _QQ.pack_into(self._mm, _OFF_HEAD, self.head, 0)
-        self.stamps = Stamps.load(self._mm, self.head)
+        self._settled = True
+        if self._mm is not None:  # else when it is mapped, before its first write
+            self._stamps = Stamps.load(self._mm, self.head)
+
+    def _mapping(self) -> memoryview:
+        """The ring's memory, mapped now if it was not yet (see ``__init__``)."""
+        if self._view is None:
+            self._mm = mmap.mmap(self.fd.fd, DATA + self.capacity)
+            self._view = memoryview(self._mm)
+            if self._settled:
+                self._stamps = Stamps.load(self._mm, self.head)
+        return self._view
+
+    @property
+    def stamps(self) -> Stamps | None:
+        """The output timestamps in the header page (None until the ring is settled)."""
+        if self._stamps is None and self._settled:
+            self._mapping()
+        return self._stamps
 
     @staticmethod
     def inspect(raw_fd: int, name: str) -> tuple[int, int]:
         """(capacity, head) of a parked ring, read without changing anything."""
+        _magic, capacity, head, _pending, _at = Ring._header(raw_fd, name)
+        return capacity, head
+
+    @staticmethod
+    def _header(raw_fd: int, name: str) -> tuple:
+        """The parked ring's header, checked against its memfd's size (a mapping past
+        the file's end would fault: SIGBUS)."""
         size = os.fstat(raw_fd).st_size
-        header = os.pread(raw_fd, _HEADER.size, 0)
-        if len(header) < _HEADER.size:
+        if size < DATA + 4096:
             raise RingError(f"ring {name}: memfd of {size} bytes is too small")
-        magic, capacity, head, _pending, _at = _HEADER.unpack(header)
+        header = _HEADER.unpack(os.pread(raw_fd, _HEADER.size, 0))
+        magic, capacity = header[0], header[1]
         if magic != MAGIC or DATA + capacity != size:
             raise RingError(f"ring {name}: bad header (magic {magic!r}, capacity {capacity})")
-        return capacity, head
+        return header
 
     def _region(self, start: int, length: int) -> list:
         """Views of the ring bytes [start, start+length), split where the ring wraps."""
+        view = self._view if self._view is not None else self._mapping()
         pos = start % self.capacity
         first = min(length, self.capacity - pos)
-        views = [self._view[DATA + pos:DATA + pos + first]]
+        views = [view[DATA + pos:DATA + pos + first]]
         if first < length:
-            views.append(self._view[DATA:DATA + length - first])
+            views.append(view[DATA:DATA + length - first])
         return views
 
     def fill_from(self, fd: int) -> int:

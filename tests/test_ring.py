@@ -159,3 +159,69 @@ def test_garbage_memfd_refused():
     os.ftruncate(fd, DATA + 8192)
     with pytest.raises(RingError, match="bad header"):
         Ring.adopt(fd, "junk")
+
+
+def _mapped(name: str) -> bool:
+    """Whether this process maps the memfd of ring ``name`` (by its name in /proc)."""
+    with open("/proc/self/maps") as f:
+        return f"/memfd:clowder-ring-{name} " in f.read()
+
+
+def test_an_adopted_ring_is_mapped_only_when_it_is_used(pair):
+    """A restart adopts every ring before serving: the mapping waits for the first read
+    or write, and what it then shows (bytes, head, stamps) is what was parked."""
+    master, slave = pair
+    ring = Ring.create("lazy", 8192)
+    os.write(slave.fd, b"parked bytes")
+    select.select([master.fd], [], [], 5)
+    while ring.head < 12:
+        ring.fill_from(master.fd)
+    parked = list(ring.stamps.entries)
+    assert parked, "the read made no stamp"
+    dup = os.dup(ring.fd.fd)
+    ring.close()  # its mapping gone: only the adopted ring's could show
+    again = Ring.adopt(dup, "lazy")
+    assert not _mapped("lazy") and again.head == 12
+    assert again.read(0) == b"parked bytes" and _mapped("lazy")
+    assert again.stamps.entries == parked
+    os.write(slave.fd, b" and more")
+    select.select([master.fd], [], [], 5)
+    while again.head < 21:
+        again.fill_from(master.fd)
+    assert again.read(0) == b"parked bytes and more"
+    again.close()
+    assert not _mapped("lazy")
+
+
+def test_a_ring_adopted_unsettled_has_no_stamps_until_settled(pair):
+    """Under a hand-off's bridge (settle=False) the old code may still write: reading
+    the ring maps it, but the stamps (whose load rewrites their index) wait for settle,
+    which takes the head the bridge left."""
+    master, slave = pair
+    ring = Ring.create("unsettled", 8192)
+    os.write(slave.fd, b"first")
+    select.select([master.fd], [], [], 5)
+    while ring.head < 5:
+        ring.fill_from(master.fd)
+    again = Ring.adopt(os.dup(ring.fd.fd), "unsettled", settle=False)
+    assert again.read(0) == b"first" and again.stamps is None
+    os.write(slave.fd, b" second")  # the bridge's last read
+    select.select([master.fd], [], [], 5)
+    while ring.head < 12:
+        ring.fill_from(master.fd)
+    ring.close()
+    again.settle()
+    assert again.head == 12 and again.read(0) == b"first second"
+    assert again.stamps is not None and again.stamps.entries
+    again.close()
+
+
+def test_a_truncated_ring_is_refused_before_it_is_mapped():
+    """The size is checked at adoption though nothing is mapped then: a mapping past
+    the memfd's end would fault (SIGBUS) at the first read instead of an error."""
+    ring = Ring.create("short", 8192)
+    fd = os.dup(ring.fd.fd)
+    ring.close()
+    os.ftruncate(fd, DATA + 4096)
+    with pytest.raises(RingError, match="bad header"):
+        Ring.adopt(fd, "short")
