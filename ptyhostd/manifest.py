@@ -51,14 +51,20 @@ class Manifest:
         fds = {slot: Fd(fd, slot) for slot, fd in raw.items()}
         best = None
         problems = []
+        # Newest first, by the headers alone: the older copy is parsed only if the newer
+        # is unusable (each is ~2 ms of JSON at 1,000 sessions, before the host serves).
+        newest = []
         for slot, fd in fds.items():
             try:
-                gen, content, body = _read(fd.fd)
+                newest.append((_generation(fd.fd), slot))
             except ManifestError as exc:
                 problems.append(f"{slot}: {exc}")
-                continue
-            if best is None or gen > best[0]:
-                best = (gen, content, body)
+        for _gen, slot in sorted(newest, reverse=True):
+            try:
+                best = _read(fds[slot].fd)
+                break
+            except ManifestError as exc:
+                problems.append(f"{slot}: {exc}")
         if best is None:
             for fd in fds.values():
                 fd.close()
@@ -126,19 +132,33 @@ def _mark(left: str) -> bytes:
 
 
 def _read(fd: int) -> tuple[int, dict, bytes]:
+    """(generation, content, body) of one copy; ManifestError if it is unusable."""
     try:
         return _parse(fd)
     except OSError as exc:
         raise ManifestError(f"cannot be read: {exc}") from None
 
 
-def _parse(fd: int) -> tuple[int, dict, bytes]:
+def _generation(fd: int) -> int:
+    """One copy's generation, from its header alone (ManifestError as _read)."""
+    try:
+        return _header(fd)[0]
+    except OSError as exc:
+        raise ManifestError(f"cannot be read: {exc}") from None
+
+
+def _header(fd: int) -> tuple[int, int, int]:
     head = os.pread(fd, _HEADER.size, 0)
     if len(head) < _HEADER.size:
         raise ManifestError("empty")
     magic, gen, length, crc = _HEADER.unpack(head)
     if magic != MAGIC:
         raise ManifestError(f"bad magic {magic!r}")
+    return gen, length, crc
+
+
+def _parse(fd: int) -> tuple[int, dict, bytes]:
+    gen, length, crc = _header(fd)
     body = os.pread(fd, length, _HEADER.size)
     if len(body) != length or zlib.crc32(body) != crc:
         raise ManifestError(f"generation {gen} is torn (length or CRC mismatch)")
