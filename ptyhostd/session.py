@@ -53,6 +53,12 @@ UNIT_PREFIX = "clowder-session-"
 # keystrokes.TYPING_WAKE_BYTES instead (keystrokes.py says why).
 READS_PER_WAKE = 16
 WAKE_BYTES = 64 * 1024
+# A read that fails for another cause than the pty's end (EIO) is tried again this much
+# later, for as long as it fails: an adopted ring is mapped at its first read (ring.py),
+# and a mapping can fail (ENOMEM: the memory or map count is exhausted) where the backlog
+# is still whole.  Meanwhile the bytes wait in the pty, and the program, once that is
+# full, in its write: nothing is lost.
+READ_RETRY = 1.0
 # A read of a flooding pty whose line discipline is empty waits in the kernel for its
 # worker to move the next 4 KiB over (tty_buffer_flush_work): good for a flood's
 # throughput, but while another session has input the echo waited behind those waits
@@ -338,6 +344,7 @@ class Session:
         self._model_paused = False  # the pty is not read until the model catches up
         self._model_lag = MODEL_LAG_MIN  # bytes: MODEL_LAG_SECONDS of the model's rate
         self.last_output = 0.0
+        self._read_failures = 0  # reads failed in a row, not for the pty's end (READ_RETRY)
         self.size_owner: Optional[Attachment] = None  # the client that typed last
         self.input = InputQueue(self)  # what its writers sent that the pty has not taken
         self._json_key: tuple = ()
@@ -519,12 +526,29 @@ class Session:
         try:
             self._pump(now)
         except OSError as exc:
-            if exc.errno != errno.EIO:
-                log.error("session %s: reading its pty: %s", self.id, exc,
-                          extra={"CLOWDER_SESSION": self.id})
-            # EIO: no process has the slave open any more; nothing more will come
-            # (and the fd would stay readable forever).  The pidfd reports the end.
+            loop = self._loop
+            # Not read again now: the fd would stay readable forever.
             self.stop_reading()
+            if exc.errno == errno.EIO:
+                return  # no process has the slave open any more: the pidfd reports the end
+            self._read_failures += 1
+            if self._read_failures == 1:  # not one line a second while it lasts
+                log.error("session %s: reading its pty: %s; trying again every %g s",
+                          self.id, exc, READ_RETRY,
+                          extra={"CLOWDER_SESSION": self.id, "CLOWDER_CAUSE": "read-failed"})
+            if loop is not None:
+                loop.call_later(READ_RETRY, self._read_again, loop)
+            return
+        if self._read_failures:
+            log.info("session %s: its pty is read again, after %d failed tries", self.id,
+                     self._read_failures,
+                     extra={"CLOWDER_SESSION": self.id, "CLOWDER_CAUSE": "read-failed"})
+            self._read_failures = 0
+
+    def _read_again(self, loop: asyncio.AbstractEventLoop) -> None:
+        """READ_RETRY after a failed read: read on, unless the session ended meanwhile."""
+        if self.state in ("starting", "running"):
+            self.start_reading(loop)
 
     def drain(self, limit: int = 8 << 20) -> None:
         """Read whatever the pty still holds (before the master is closed)."""
