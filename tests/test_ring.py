@@ -42,13 +42,19 @@ def _adopt_copy(ring):
     return Ring.adopt(dup, "t")
 
 
-def test_adopt_keeps_contents(pair):
+def _printed(pair, ring, data: bytes) -> None:
+    """``data`` written to the pty's slave and read into ``ring``."""
     master, slave = pair
-    ring = Ring.create("t", 8192)
-    os.write(slave.fd, b"hello world")
+    os.write(slave.fd, data)
+    want = ring.head + len(data)
     select.select([master.fd], [], [], 5)
-    while ring.head < 11:
+    while ring.head < want:
         ring.fill_from(master.fd)
+
+
+def test_adopt_keeps_contents(pair):
+    ring = Ring.create("t", 8192)
+    _printed(pair, ring, b"hello world")
     again = _adopt_copy(ring)
     assert again.read(0) == b"hello world"
     again.close()
@@ -170,12 +176,8 @@ def _mapped(name: str) -> bool:
 def test_an_adopted_ring_is_mapped_only_when_it_is_used(pair):
     """A restart adopts every ring before serving: the mapping waits for the first read
     or write, and what it then shows (bytes, head, stamps) is what was parked."""
-    master, slave = pair
     ring = Ring.create("lazy", 8192)
-    os.write(slave.fd, b"parked bytes")
-    select.select([master.fd], [], [], 5)
-    while ring.head < 12:
-        ring.fill_from(master.fd)
+    _printed(pair, ring, b"parked bytes")
     parked = list(ring.stamps.entries)
     assert parked, "the read made no stamp"
     dup = os.dup(ring.fd.fd)
@@ -184,10 +186,7 @@ def test_an_adopted_ring_is_mapped_only_when_it_is_used(pair):
     assert not _mapped("lazy") and again.head == 12
     assert again.read(0) == b"parked bytes" and _mapped("lazy")
     assert again.stamps.entries == parked
-    os.write(slave.fd, b" and more")
-    select.select([master.fd], [], [], 5)
-    while again.head < 21:
-        again.fill_from(master.fd)
+    _printed(pair, again, b" and more")
     assert again.read(0) == b"parked bytes and more"
     again.close()
     assert not _mapped("lazy")
@@ -197,18 +196,11 @@ def test_a_ring_adopted_unsettled_has_no_stamps_until_settled(pair):
     """Under a hand-off's bridge (settle=False) the old code may still write: reading
     the ring maps it, but the stamps (whose load rewrites their index) wait for settle,
     which takes the head the bridge left."""
-    master, slave = pair
     ring = Ring.create("unsettled", 8192)
-    os.write(slave.fd, b"first")
-    select.select([master.fd], [], [], 5)
-    while ring.head < 5:
-        ring.fill_from(master.fd)
+    _printed(pair, ring, b"first")
     again = Ring.adopt(os.dup(ring.fd.fd), "unsettled", settle=False)
     assert again.read(0) == b"first" and again.stamps is None
-    os.write(slave.fd, b" second")  # the bridge's last read
-    select.select([master.fd], [], [], 5)
-    while ring.head < 12:
-        ring.fill_from(master.fd)
+    _printed(pair, ring, b" second")  # the bridge's last read
     ring.close()
     again.settle()
     assert again.head == 12 and again.read(0) == b"first second"
