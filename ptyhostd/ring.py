@@ -61,7 +61,7 @@ class Ring:
         self.fd = fd
         # An adopted ring is mapped at its first read or write (``_mapping``), not at
         # adoption: a restart adopts every session before it serves, and a mapping and
-        # its first fault were ~9 of the ~12 us a ring cost there (docs/design.md,
+        # its first fault were ~8 of the ~12 us a ring cost there (docs/design.md,
         # "Start: adopt and reconcile"); a quiet session's ring is never mapped at all.
         self._mm = mm
         self._view = memoryview(mm) if mm is not None else None

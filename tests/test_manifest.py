@@ -79,10 +79,13 @@ def test_the_older_copy_is_parsed_only_when_the_newer_is_unusable(monkeypatch):
     parsed = []
     real = manifest.json.loads
     monkeypatch.setattr(manifest.json, "loads", lambda b: parsed.append(b) or real(b))
-    _, content = Manifest.adopt(parked(m))
+    got, content = Manifest.adopt(parked(m))
+    got.close()
     assert [r["id"] for r in content["sessions"]] == ["a1", "b2"] and len(parsed) == 1
     newest = SLOTS[m.generation % 2]
     os.pwrite(m.fds[newest].fd, b"X", manifest._HEADER.size + 3)  # torn: its CRC fails
     parsed.clear()
-    _, content = Manifest.adopt(parked(m))
+    got, content = Manifest.adopt(parked(m))
+    got.close()
+    m.close()
     assert [r["id"] for r in content["sessions"]] == ["a1"] and len(parsed) == 1

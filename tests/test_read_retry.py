@@ -22,7 +22,8 @@ from ptyhostd.session import Session
 
 def test_a_ring_that_cannot_be_mapped_yet_is_read_once_it_can(monkeypatch, caplog):
     parked = Ring.create("retry", 1 << 16)
-    parked.put(b"before the restart\n")
+    before, printed = b"before the restart\n", b"printed while the host could not map\n"
+    parked.put(before)
     ring = Ring.adopt(os.dup(parked.fd.fd), "retry")  # as a restarted host: not mapped
     parked.close()
     fails = [OSError(errno.ENOMEM, "Cannot allocate memory")] * 3
@@ -42,19 +43,19 @@ def test_a_ring_that_cannot_be_mapped_yet_is_read_once_it_can(monkeypatch, caplo
     s = Session("retry", name="t", argv=[], cwd=None, uid=0, cols=80, rows=24,
                 created=time.time(), ring=ring, state="running")
     s.master = Fd(master, "retry master")
-    os.write(slave, b"printed while the host could not map\n")
+    os.write(slave, printed)
 
     async def main():
         s.start_reading(asyncio.get_running_loop())
         deadline = time.monotonic() + 10
-        while ring.head < 56 and time.monotonic() < deadline:
+        while ring.head < len(before + printed) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         s.stop_reading()
 
     with caplog.at_level(logging.INFO, logger="ptyhostd"):
         asyncio.run(main())
     try:
-        assert ring.read(0) == b"before the restart\nprinted while the host could not map\n", \
+        assert ring.read(0) == before + printed, \
             f"the session was not read again after the failed mappings ({len(maps)} tries)"
         assert len(maps) == 4, f"{len(maps)} mappings tried, not 3 failed and 1 made"
         errors = [r for r in caplog.records if "reading its pty" in r.getMessage()]
