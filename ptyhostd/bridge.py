@@ -10,7 +10,7 @@ holds; its EOF is the exec, a byte is a failed exec and the end), then moves the
 the clients that were attached and in step: program output from the pty into the ring
 (the same memfd the new code adopts) and on to those clients, and their numbered
 keystrokes into the pty, recording each in the input table (inputseq.py) as the old code
-does.  The new code, once imported, takes every session (fds, maps, pidfds) without
+does.  The new code, once imported, takes every session (fds, pidfds) without
 reading a pty or writing a ring, then stops the bridge (``end``: SIGTERM, then waits for
 its exit; Adoption._settle_bridge) and only then takes the rings' heads and reads the
 ptys, so the two never run at once; the clients' connections close as the bridge exits,
