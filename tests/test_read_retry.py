@@ -46,10 +46,21 @@ def test_a_ring_that_cannot_be_mapped_yet_is_read_once_it_can(monkeypatch, caplo
     os.write(slave, printed)
 
     async def main():
+        # Woken by the session's own forwarding of what it read, not by a clock.
+        whole = asyncio.Event()
+        forward = s._forward
+
+        def forwarded(start, got):
+            forward(start, got)
+            if ring.head >= len(before + printed):
+                whole.set()
+
+        s._forward = forwarded
         s.start_reading(asyncio.get_running_loop())
-        deadline = time.monotonic() + 10
-        while ring.head < len(before + printed) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        try:
+            await asyncio.wait_for(whole.wait(), 10)
+        except asyncio.TimeoutError:
+            pass  # the assertions below say what is missing
         s.stop_reading()
 
     with caplog.at_level(logging.INFO, logger="ptyhostd"):
