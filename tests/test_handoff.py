@@ -182,6 +182,43 @@ def test_precheck_refuses_code_that_cannot_start(host):
     assert host.ctl("upgrade", "--check").returncode == 0
 
 
+def test_every_refusal_is_in_the_units_journal(host):
+    """The reload client's own line on why is in `journalctl -u clowder-ptyhost`, every
+    time: journald attributes a line to its writer's unit only while the writer lives, and
+    a user unit's short-lived process lost its unit on 6-11 lines in 60 (ptyhostd/reload.py
+    _read_by_journald)."""
+    main = host.main_pid()
+    path = os.path.join(SITE, "handoff.py")
+    original = _break(path, "raise SystemExit('this build is broken')")
+    field = "_SYSTEMD_USER_UNIT" if host.scope == "user" else "_SYSTEMD_UNIT"
+    said = b"ptyhostd --hand-off: hand-off refused"
+    everywhere = ["journalctl", "--no-pager", "-o", "cat", "--since", "-5min", "--grep", "hand-off refused"]
+    unit = [f"{field}=clowder-ptyhost.service"]
+    before = host.run(everywhere, check=False).stdout.count(said)  # exits 1 if none
+    before_unit = host.run(everywhere + unit, check=False).stdout.count(said)
+    reloads = 30
+    # A journald busy with another unit's output reads our lines late (a bad day's load):
+    # without the wait in reload.py, most of them then arrive after their writer ended.
+    load = "clowder-test-journal-load.service"
+    host.run(["systemd-run", *(["--user"] if host.scope == "user" else []), "--quiet",
+              "--collect", "-u", load, "/bin/sh", "-c", "while :; do seq 1 100000; done"])
+    try:
+        for _ in range(reloads):
+            proc = host.systemctl("reload", "clowder-ptyhost.service", check=False)
+            assert proc.returncode != 0, "a refused hand-off made `systemctl reload` succeed"
+    finally:
+        host.systemctl("stop", load, check=False)
+        with open(path, "w") as f:
+            f.write(original)
+    wait_for(lambda: host.run(everywhere, check=False).stdout.count(said) - before >= reloads,
+             20, f"the {reloads} refusals' lines in the journal")
+    in_unit = host.run(everywhere + unit, check=False).stdout.count(said)
+    assert in_unit - before_unit == reloads, (
+        f"{reloads - (in_unit - before_unit)} of {reloads} refusals' lines are in the journal "
+        f"without {field}=clowder-ptyhost.service")
+    assert host.main_pid() == main
+
+
 def test_precheck_refuses_code_that_cannot_restore(host):
     sid = host.spawn("sleep", "100000")
     main = host.main_pid()
