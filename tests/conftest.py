@@ -47,6 +47,31 @@ def pytest_terminal_summary(terminalreporter):
 _NO_LINUX_ONLY: list[str] = []  # the .pth installed, the log of stripped processes
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item: a fixture's teardown reads whether the
+    test failed (``failed``) to keep the daemons' journals with the failure."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"clowder_report_{report.when}", report)
+
+
+def failed(request) -> bool:
+    """Whether the test that ``request`` (a fixture's) belongs to failed or errored."""
+    return any(getattr(getattr(request.node, f"clowder_report_{when}", None), "failed", False)
+               for when in ("setup", "call"))
+
+
+def print_journal(matches: list[str], what: str, lines: int = 300, run=subprocess.run) -> None:
+    """Print the last journal lines that ``matches`` (journalctl's arguments) select;
+    pytest shows them with the failure, under "Captured stdout teardown": a flake in CI
+    is otherwise gone with its instance."""
+    argv = ["journalctl", "--no-pager", "-o", "short-monotonic", "-n", str(lines), *matches]
+    proc = run(argv, capture_output=True)
+    print(f"--- {what}: {' '.join(argv)} (exit {proc.returncode}) ---")
+    print(proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace"))
+
+
 def pytest_configure(config):
     if os.environ.get("CLOWDER_TEST_NO_LINUX_ONLY") != "1":
         return
@@ -274,6 +299,10 @@ def host(request, systemd_required):
     env.install()
     env.start()
     yield env
+    if failed(request):
+        # The instance's journal is not split per user: a user unit's lines are matched.
+        field = "_SYSTEMD_USER_UNIT" if env.scope == "user" else "_SYSTEMD_UNIT"
+        print_journal([f"{field}=clowder-ptyhost.service"], f"the {env.scope} host's journal")
     env.stop_all()
     env.remove_drop_ins()
     left = env.session_units()

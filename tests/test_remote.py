@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, ROOT, wait_for
+from conftest import PYTHON, ROOT, failed, print_journal, wait_for
 import clowder_wire as protocol
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -129,12 +129,17 @@ class Remote:
 
 
 @pytest.fixture
-def remote(box):
-    """The box with both sockets listening and no agents; everything stopped after."""
+def remote(box, request):
+    """The box with both sockets listening and no agents; everything stopped after (the
+    box's journal printed first if the test failed)."""
     box.exec(["systemctl", "start", "clowder-ptyhost.socket", "clowder-control.socket"],
              check=True)
     r = Remote(box)
     yield r
+    if failed(request):
+        print_journal(["-u", "clowder-control.service", "-u", "clowder-ptyhost.service",
+                       "-u", "ssh.service", "-u", "clowder-session-*"], "the box's journal",
+                      run=lambda argv, **kw: box.exec(argv, **kw))
     box.link(True)  # in case a test failed during its outage
     # The control daemon first: it would bring agents back as the host ends them.
     box.exec(["systemctl", "stop", *UNITS])
