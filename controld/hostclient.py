@@ -29,12 +29,15 @@ class HostError(Exception):
 
 async def open_host(path: str, timeout: float
                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to the host that has passed the handshake."""
+    """A connection to the host that has passed the handshake, within ``timeout`` seconds
+    in all (the connect and the greeting share it: a caller's own deadline holds)."""
+    end = asyncio.get_running_loop().time() + timeout
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), timeout)
         writer.write(protocol.encode(protocol.Hello(version=protocol.PROTOCOL_VERSION,
                                                     client=f"clowder-control {__version__}")))
-        welcome = await asyncio.wait_for(_read(reader), timeout)
+        welcome = await asyncio.wait_for(_read(reader),
+                                         end - asyncio.get_running_loop().time())
     except asyncio.TimeoutError:
         raise HostError(f"the PTY host at {path} is not answering (no greeting within "
                         f"{timeout:g} s)", "host-not-answering") from None

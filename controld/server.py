@@ -29,8 +29,10 @@ from .supervisor import Supervisor
 
 log = logging.getLogger("clowder-control")
 _CREDS = struct.Struct("3i")
-# An attach through us fails this soon when the host does not greet it (frozen, or not
-# back from a restart that takes this long): the client says why and may retry.
+# An attach through us fails this soon when the host does not greet it and send its
+# first bytes (frozen, or not back from a restart that takes this long): the client says
+# why and may retry.  One deadline for both, well inside a client's wait for an answer
+# (10 s, ctl/client.py), so the client gets our error, not a silence.
 ATTACH_TIMEOUT = 5.0
 WRITE_HIGH_WATER = 1 << 20
 # A WatchAgentEvents connection's write buffer: past it the events wait in the
@@ -124,10 +126,14 @@ class ControlServer:
         # the host making its repaints while everyone's status waited (p99 > 1 s).
         mux = getattr(writer, "mux", None)
         async with (mux.replies if mux is not None else contextlib.nullcontext()):
+            loop = asyncio.get_running_loop()
+            end = loop.time() + ATTACH_TIMEOUT
             try:
                 host_reader, host_writer = await open_host(self.supervisor.host_path,
                                                            ATTACH_TIMEOUT)
             except HostError as exc:
+                log.warning("attach to %s: %s", msg.session, exc,
+                            extra={"CLOWDER_AGENT": agent, "CLOWDER_CAUSE": "attach-failed"})
                 writer.write(protocol.encode(protocol.Error(message=str(exc), code="host")))
                 return
             host_writer.write(protocol.encode(protocol.Attach(
@@ -135,14 +141,20 @@ class ControlServer:
                 replay=msg.replay, token=msg.token, history=msg.history,
                 history_format=msg.history_format)))
             try:
-                first = await asyncio.wait_for(host_reader.read(1 << 16), ATTACH_TIMEOUT)
-            except (asyncio.TimeoutError, ConnectionError):
-                first = b""
+                first = await asyncio.wait_for(host_reader.read(1 << 16),
+                                               max(0.0, end - loop.time()))
+                why = "closed the connection"
+            except asyncio.TimeoutError:
+                first, why = b"", f"sent nothing within {ATTACH_TIMEOUT:g} s"
+            except ConnectionError as exc:
+                first, why = b"", f"broke the connection ({exc})"
             if not first:
                 host_writer.close()
+                log.warning("attach to %s: the PTY host %s", msg.session, why,
+                            extra={"CLOWDER_AGENT": agent, "CLOWDER_CAUSE": "attach-failed"})
                 writer.write(protocol.encode(protocol.Error(
-                    message=f"the PTY host did not answer the attach to {msg.session!r}",
-                    code="host")))
+                    message=f"the PTY host did not answer the attach to {msg.session!r}: "
+                            f"it {why}", code="host")))
                 return
             writer.write(first)  # sent by the pipe's first drain, outside the slot
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -192,6 +193,34 @@ def test_every_service_on_one_connection(host, control):
             check_every_service(mux, readme, echo.port, "again")  # streams come and go
     finally:
         echo.close()
+
+
+def test_an_attach_the_host_does_not_greet_is_answered_by_control(host, control):
+    """The host frozen: clowder-control answers the attach itself within its deadline
+    (server.py ATTACH_TIMEOUT, 5 s, connect, greeting and first bytes together), inside
+    the client's 10 s wait, with an Error that says why and a line in its journal; the
+    client never has to give up on a silence.  Frozen before the greeting here; the one
+    deadline also covers a host that greets and then stalls, which cannot be arranged on
+    purpose (before, each step had 5 s: up to 15 s, after the client had given up)."""
+    start_agent(host, control)
+    main = host.main_pid()
+    with Mux(control_socket(host)) as mux:
+        os.kill(main, signal.SIGSTOP)
+        try:
+            sess = mux.request_client("session")
+            with pytest.raises(RequestFailed, match="PTY host .* is not answering") as err:
+                sess.request(P.Attach(session="svc", cols=80, rows=24), P.Attached)
+            assert err.value.code == "host", err.value.code
+            sess.close()
+        finally:
+            os.kill(main, signal.SIGCONT)
+        wait_for(lambda: b"attach to svc: the PTY host" in host.run(
+            ["journalctl", "--no-pager", "-o", "cat", "CLOWDER_CAUSE=attach-failed",
+             "CLOWDER_AGENT=svc"]).stdout, 20, "clowder-control to log the failed attach")
+        sess = Session(mux)  # the host thawed: attaching works again
+        sess.echo("thawed")
+        sess.c.close()
+    assert host.main_pid() == main
 
 
 def test_out_of_bounds_is_refused_in_its_stream_only(host, control):
