@@ -81,6 +81,7 @@ MAX_RESIZES = 64  # resizes kept for a model not yet fed up to them
 # 1.74 and 1.71 -> 1.48 ms (fewer hops to the pool, each two thread hand-offs), and the
 # same snapshot right after a flood within the rounds' spread.
 FOLLOW_CHUNK = 256 * 1024
+_UNRENDERED = object()  # screen_call: what a request wants is not computed yet
 # Every byte is fed (issue 13): a model further behind the ring than it parses in
 # MODEL_LAG_SECONDS stops the reading of its pty (the program blocks on a full pty, as
 # under tmux, whose one parser sets everyone's pace) until it is within half of that.
@@ -662,10 +663,12 @@ class Session:
                 await self._new_screen(ring.head - SCREEN_CATCH_UP)
             screen = self.screen
             plan = self._plan(limit)
-            # A model already current (an idle session's repaint, snapshot or history)
-            # takes one hop to the pool, for ``what``, not two (~0.1-0.3 ms each here).
-            ok, seconds = await screenwork.run(screenwork.run_plan_timed, screen, plan) \
-                if plan else (True, 0.0)
+            # One hop to the pool (~0.1-0.3 ms each here): for ``what`` alone when the
+            # model is current (an idle session's repaint, snapshot or history), for the
+            # feed and ``what`` together when output came since.
+            ok, seconds, result, error = await screenwork.run(
+                screenwork.run_plan_then, screen, plan, what) \
+                if plan else (True, 0.0, _UNRENDERED, None)
             fed = sum(len(step) for step in plan if isinstance(step, bytes))
             if fed >= 16 * 1024 and seconds > 0:  # a turn long enough to time
                 self._model_lag = int(min(MODEL_LAG_MAX, max(
@@ -685,10 +688,14 @@ class Session:
                 # Over budget again, the model stays as far as it got: ``_plan`` has moved
                 # ``screen_pos`` past these bytes either way, so they are not retried.
                 await screenwork.run(screenwork.run_plan, screen, self._plan(SCREEN_RESTART))
+                result = _UNRENDERED
             self._resume_if_caught_up()
+            if error is not None:
+                raise error
             if what is None:
                 return None, self.screen_pos  # fed only (one hop to the pool less)
-            result = await screenwork.run(screenwork.render, screen, what)
+            if result is _UNRENDERED:
+                result = await screenwork.run(screenwork.render, screen, what)
             return result, self.screen_pos
 
     async def history(self, count: int, budget: int, ansi: bool = False) -> list[str]:
