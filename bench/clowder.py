@@ -285,15 +285,20 @@ class ClowderPeer:
 
 
 class ClowderCtlPeer(ClowderPeer):
-    """clowder with `clowderctl attach` in a pty: what a user runs."""
+    """clowder with `clowderctl attach` in a pty: what a user runs (from ``tree``'s
+    source when given, as bench/trees.py does; else the venv's)."""
 
     name = "clowderctl"
     note = "ptyhostd; `clowderctl attach` in a pty"
 
+    def __init__(self, tree: str | None = None):
+        super().__init__()
+        self.tree = tree
+
     def open(self, argv: list[str], beside=None) -> Terminal:
         sid = self._spawn(argv)
-        proc, master = spawn_on_pty([PYTHON, "-m", "ctl", "attach", sid],
-                                    client_env())
+        env = client_env(PYTHONPATH=self.tree) if self.tree else client_env()
+        proc, master = spawn_on_pty([PYTHON, "-m", "ctl", "attach", sid], env)
         return PtyTerminal(proc, master, name=self.name, servers=lambda: [main_pid()],
                            on_close=lambda: end_session(self._conn(), sid))
 

@@ -7,8 +7,8 @@ In one systemd instance, each round: for each tree in turn (the first one rotati
 host is switched to it (handoff_dark.use: a restart with the tree on PYTHONPATH), then
 figure 3's echo samples are taken idle and beside a flood, and figure 1's `cat` of MB
 megabytes, each through the minimal client (in an 80x24 terminal, or
-$CLOWDER_BENCH_TERM's size, e.g. 200x50), and through `clowderctl attach` (the venv's,
-the same for every tree: what differs is the host); tmux is measured in the same round,
+$CLOWDER_BENCH_TERM's size, e.g. 200x50), and through `clowderctl attach` run from the
+same tree (PYTHONPATH: the client differs too); tmux is measured in the same round,
 so a loaded machine weighs on all alike.  Prints each measurement and, at the end, the
 medians over all rounds.  Used for issue 13's pty wake size (docs/bench.md, section 3).
 """
@@ -58,7 +58,7 @@ def main() -> None:
         for src in order:
             use(src)
             tree = os.path.basename(src.rstrip("/"))
-            for peer in (clowder.ClowderPeer(), clowder.ClowderCtlPeer()):
+            for peer in (clowder.ClowderPeer(), clowder.ClowderCtlPeer(src)):
                 one(f"{tree}/{peer.name}", peer)
                 peer.reset()
         one("tmux", tmux)
