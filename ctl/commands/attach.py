@@ -156,29 +156,21 @@ class _Session:
             return self._stream(c)
 
     def _show(self, messages) -> tuple[str, object] | None:
-        """Show what the host sent; ("exited", Exited) once the session has ended.
-
-        The Output of one read (up to 16 frames of a pty read each, in a flood) goes to
-        the terminal in one write: through stdout's 8 KiB buffer it was a write every
-        two frames."""
-        shown: list[bytes] = []
-        try:
-            for msg in messages:
-                if isinstance(msg, protocol.Output):
-                    shown.append(msg.data)
-                elif isinstance(msg, protocol.InputAck):
-                    self._ack(msg.seq)
-                elif isinstance(msg, protocol.Exited):
-                    return "exited", msg
-                elif isinstance(msg, protocol.Error) and not msg.fatal:
-                    continue  # e.g. input refused on a read-only attach
-                elif isinstance(msg, protocol.Error):
-                    raise ClientError(msg.message)
-            return None
-        finally:
-            if shown:  # what came before an Exited or a fatal Error is shown too
-                self.out.write(shown[0] if len(shown) == 1 else b"".join(shown))
-            self.out.flush()
+        """Show what the host sent; ("exited", Exited) once the session has ended."""
+        for msg in messages:
+            if isinstance(msg, protocol.Output):
+                self.out.write(msg.data)
+            elif isinstance(msg, protocol.InputAck):
+                self._ack(msg.seq)
+            elif isinstance(msg, protocol.Exited):
+                self.out.flush()
+                return "exited", msg
+            elif isinstance(msg, protocol.Error) and not msg.fatal:
+                continue  # e.g. input refused on a read-only attach
+            elif isinstance(msg, protocol.Error):
+                raise ClientError(msg.message)
+        self.out.flush()
+        return None
 
     def _stream(self, c: Client) -> tuple[str, object]:
         # Both directions without blocking: when the host stops reading us (its input
