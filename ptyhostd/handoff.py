@@ -31,6 +31,7 @@ import sys
 
 from clowder_common import __version__
 from clowder_common.interpreter import module_argv
+from clowder_common.log import flush as flush_log
 
 from . import bridge, engine, faults
 from .manifest import SLOTS, Manifest, ManifestError
@@ -229,6 +230,7 @@ def execute(keep: dict[str, list[int]], plan: "bridge.Plan | None" = None) -> No
         log.debug("hand-off: exec of %s -m ptyhostd with %d fds inherited%s", sys.executable,
                   len(fds), f", bridge {child.pid}" if child else "",
                   extra={"CLOWDER_CAUSE": "handoff"})
+        flush_log()  # what waits for the log's writer thread would die with the exec
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, module_argv("ptyhostd", *sys.argv[1:]))
