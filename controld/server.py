@@ -40,6 +40,31 @@ WRITE_HIGH_WATER = 1 << 20
 EVENTS_HIGH_WATER = 64 << 10
 
 
+async def splice(reader, writer, host_reader: asyncio.StreamReader,
+                 host_writer: asyncio.StreamWriter) -> None:
+    """Copy bytes both ways between a client and the host until either side ends.
+
+    Each direction drains its writer before its first read: what the caller wrote
+    already (the host's first bytes: Attached and the repaint) must go out even if the
+    host sends nothing more.  On a multiplexed stream a write only queues; the drain
+    sends it.  Draining only after the next read from the host left an attach to a quiet
+    session unanswered whenever the host's whole answer came in one read (the client
+    gave up after 10 s: `test_streams.py` and `test_remote.py`, now and then in CI)."""
+    async def pipe(src, dst) -> None:
+        await dst.drain()
+        while data := await src.read(1 << 16):
+            dst.write(data)
+            await dst.drain()
+    tasks = [asyncio.ensure_future(pipe(host_reader, writer)),
+             asyncio.ensure_future(pipe(reader, host_writer))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        host_writer.close()
+
+
 class ControlServer:
     def __init__(self, supervisor: Supervisor, host_status):
         self.supervisor = supervisor
@@ -156,20 +181,8 @@ class ControlServer:
                     message=f"the PTY host did not answer the attach to {msg.session!r}: "
                             f"it {why}", code="host")))
                 return
-            writer.write(first)  # sent by the pipe's first drain, outside the slot
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            while data := await src.read(1 << 16):
-                dst.write(data)
-                await dst.drain()
-        tasks = [asyncio.ensure_future(pipe(host_reader, writer)),
-                 asyncio.ensure_future(pipe(reader, host_writer))]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in tasks:
-                t.cancel()
-            host_writer.close()
+            writer.write(first)  # sent by splice's first drain, outside the slot
+        await splice(reader, writer, host_reader, host_writer)
 
     async def _agent_events(self, msg: protocol.WatchAgentEvents, uid: int,
                             reader, writer) -> None:

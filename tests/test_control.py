@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, wait_for
+from conftest import PYTHON, failed, print_journal, wait_for
 
 # Heavy output: a numbered line every 2 ms, so gaps and duplicates are detectable.
 COUNTER = ("import sys, time\n"
@@ -81,9 +81,13 @@ class Control:
 
 
 @pytest.fixture
-def control(host):
+def control(host, request):
     c = Control(host)
     yield c
+    if failed(request):
+        field = "_SYSTEMD_USER_UNIT" if host.scope == "user" else "_SYSTEMD_UNIT"
+        print_journal([f"{field}=clowder-control.service"],
+                      f"the {host.scope} clowder-control's journal")
     for path in (c.config, c.registry, c.registry + ".prev"):
         if os.path.exists(path):
             os.unlink(path)
