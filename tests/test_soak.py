@@ -17,7 +17,8 @@ way, and a session printing escape-sequence bombs at the largest size; and a reb
 (issue 17): a nested box (tests/rebootbox.py), booted once with its state directories
 kept, powered off under its own live sessions and booted again (at most every REST
 seconds), and a power cut of the same box (its PID 1 killed: only the periodic saves
-are there at the next boot).
+are there at the next boot); and journald stopped for a while (a line typed meanwhile
+must come back before it reads again).
 
 At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
 backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
@@ -247,6 +248,23 @@ class Soak:
             except ProcessLookupError:
                 pass
 
+    def journal_stall(self) -> None:
+        """journald stops reading for a while (busy on a slow disk, restarting in a
+        systemd upgrade): a line typed through clowderctl attach must come back before it
+        reads again (the daemons' log lines wait in their writer threads, not in the
+        event loop: tests/test_hostile_journal.py).  Nothing here starts a process while
+        it is stopped: runuser's PAM would wait on syslog."""
+        stall = ["systemctl", "kill", "-s", "SIGSTOP", "systemd-journald.service"]
+        subprocess.run(stall, check=True)
+        try:
+            self.type_lines(1)
+            self.typist.expect(re.compile(rb"(?<![0-9])t%d(?![0-9])" % self.typed), timeout=10,
+                               what=f"line t{self.typed}, typed while journald did not read")
+            time.sleep(self.rng.uniform(0.0, 2.0))  # the random length of the stall
+        finally:
+            subprocess.run(["systemctl", "kill", "-s", "SIGCONT", "systemd-journald.service"],
+                           check=True)
+
     def _manager_image(self) -> bytes:
         """The manager's auxiliary vector: ASLR makes it differ after every exec, so a
         re-exec has happened once it changed (the pid and the unit timestamps do not)."""
@@ -401,7 +419,7 @@ class Soak:
               "control-kill-9": self.control_kill9, "paste": self.paste,
               "exit": self.exiter, "flood": self.flood, "bomb": self.bomb,
               "service-flood": self.service_flood, "reboot": self.reboot,
-              "power-cut": self.power_cut}
+              "power-cut": self.power_cut, "journal-stall": self.journal_stall}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         if ONLY:  # to replay one failure mode; the default run throws every kind
