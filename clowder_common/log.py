@@ -77,6 +77,10 @@ class JournalHandler(logging.Handler):
         except Exception:
             self.handleError(record)
 
+    def close(self) -> None:
+        self.sender.close()
+        super().close()
+
 
 # Records waiting for the writer thread: past this many, new ones are dropped and
 # counted (a record holds its formatted message: ~1-2 KiB, a traceback more).
@@ -169,6 +173,13 @@ class BackgroundHandler(logging.Handler):
                     return False
                 self._cond.wait(left)
         return True
+
+    def close(self) -> None:
+        """logging.shutdown's last call, after its flush: the target closes (its socket)
+        unless the writer still uses it (the flush's bound passed first)."""
+        if self.flush(0):
+            self.target.close()
+        super().close()
 
 
 def flush(timeout: float = FLUSH_TIMEOUT) -> None:

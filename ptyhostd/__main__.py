@@ -201,7 +201,9 @@ async def _serve(args) -> None:
     await host.shutdown()
     # Everything worth keeping is in systemd's FD store or already ended: leave without
     # Python's teardown (closing a thousand sessions' fds and maps one by one), which
-    # would delay the next host of a restart by tens of ms.  Logs went out synchronously.
+    # would delay the next host of a restart by tens of ms.  logging.shutdown lets out
+    # what waits for the log's writer thread (at most log.FLUSH_TIMEOUT, if journald
+    # does not read: clowder_common/log.py).
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
