@@ -257,10 +257,13 @@ class Soak:
         stall = ["systemctl", "kill", "-s", "SIGSTOP", "systemd-journald.service"]
         subprocess.run(stall, check=True)
         try:
-            self.type_lines(1)
-            self.typist.expect(re.compile(rb"(?<![0-9])t%d(?![0-9])" % self.typed), timeout=10,
-                               what=f"line t{self.typed}, typed while journald did not read")
-            time.sleep(self.rng.uniform(0.0, 2.0))  # the random length of the stall
+            # The stall lasts as long as a random number of lines take to come back, one
+            # after another: each must, while journald does not read.
+            for _ in range(self.rng.randrange(1, 6)):
+                self.type_lines(1)
+                self.typist.expect(re.compile(rb"(?<![0-9])t%d(?![0-9])" % self.typed),
+                                   timeout=10, what=f"line t{self.typed}, typed while "
+                                   f"journald did not read")
         finally:
             subprocess.run(["systemctl", "kill", "-s", "SIGCONT", "systemd-journald.service"],
                            check=True)
