@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 from .journalsend import JournalSender
 
@@ -89,6 +90,9 @@ QUEUE_LIMIT = 4096
 FLUSH_TIMEOUT = 1.0
 
 
+_BACKGROUND: "weakref.WeakSet[BackgroundHandler]" = weakref.WeakSet()  # for flush()
+
+
 class BackgroundHandler(logging.Handler):
     """Sends each record with ``target`` from a thread of its own, so that no caller, the
     event loop above all, ever waits for journald.
@@ -115,6 +119,7 @@ class BackgroundHandler(logging.Handler):
         self._inline = False   # in a forked child: send from the caller
         threading.Thread(target=self._run, name="log-writer", daemon=True).start()
         os.register_at_fork(after_in_child=self._after_fork)
+        _BACKGROUND.add(self)
 
     def _after_fork(self) -> None:
         self._cond = threading.Condition()
@@ -186,10 +191,8 @@ def flush(timeout: float = FLUSH_TIMEOUT) -> None:
     """Let every daemon logger's queued lines out, waiting at most ``timeout`` s in all
     (before an exec, which would lose them)."""
     end = time.monotonic() + timeout
-    for logger in list(logging.Logger.manager.loggerDict.values()):
-        for handler in getattr(logger, "handlers", ()):
-            if isinstance(handler, BackgroundHandler):
-                handler.flush(max(0.0, end - time.monotonic()))
+    for handler in list(_BACKGROUND):
+        handler.flush(max(0.0, end - time.monotonic()))
 
 
 def setup(identifier: str, level: int = logging.INFO) -> logging.Logger:

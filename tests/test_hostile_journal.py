@@ -20,6 +20,7 @@ import pytest
 
 from clowder_common.log import QUEUE_LIMIT
 from conftest import wait_for
+from test_host_faults import journal
 from ctl.client import Client
 import clowder_wire as P
 
@@ -59,38 +60,32 @@ def backlog(c: Client, sid: str) -> bytes:
     return out
 
 
-def journal(*matches: str) -> str:
-    return subprocess.run(["journalctl", "--no-pager", "-o", "cat", *matches],
-                          capture_output=True, check=False).stdout.decode(errors="replace")
-
-
 def test_a_journal_that_does_not_read_stops_no_one(host):
     sid = host.spawn("cat")
     main = host.main_pid()
-    refusals = ["CLOWDER_CAUSE=client-version", f"_PID={main}"]
-    before = journal(*refusals).count("is not supported")
+    before = journal(host, "client-version", main).count("is not supported")
     with journal_stopped():
         refuse_hellos(host.socket, 100)
         with Client(host.socket, timeout=5) as c:
             c.request(P.Send(session=sid, data=b"still-typing\n"), P.Ok)
             wait_for(lambda: backlog(c, sid).count(b"still-typing") == 2, 10,
                      "the session's echo and output while the journal did not read")
-    wait_for(lambda: journal(*refusals).count("is not supported") - before == 100, 30,
+    wait_for(lambda: journal(host, "client-version", main).count("is not supported")
+             - before == 100, 30,
              "the 100 refusals' lines in the journal once journald reads again")
     assert host.main_pid() == main
 
 
 def test_past_the_bound_every_line_is_in_the_journal_or_counted(host):
     main = host.main_pid()
-    refusals = ["CLOWDER_CAUSE=client-version", f"_PID={main}"]
-    before = journal(*refusals).count("is not supported")
+    before = journal(host, "client-version", main).count("is not supported")
     sent = QUEUE_LIMIT + 300
     with journal_stopped():
         refuse_hellos(host.socket, sent)
     said = wait_for(lambda: re.findall(r"(\d+) log lines were dropped", journal(
-        "CLOWDER_CAUSE=log-dropped", f"_PID={main}")), 30, "the line that counts the dropped")
+        host, "log-dropped", main)), 30, "the line that counts the dropped")
     dropped = sum(map(int, said))
-    kept = journal(*refusals).count("is not supported") - before
+    kept = journal(host, "client-version", main).count("is not supported") - before
     # Kept: those queued (QUEUE_LIMIT, less any other line of the host's meanwhile),
     # those journald's socket held and the one its writer was sending.
     assert QUEUE_LIMIT - 50 <= kept <= sent - dropped, (kept, dropped)
