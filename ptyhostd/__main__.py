@@ -32,18 +32,21 @@ if "--hand-off" in sys.argv[1:]:
 # does on a Python built without it.
 sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
 
-import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import faulthandler  # noqa: E402
 import logging  # noqa: E402
 import socket  # noqa: E402
+import types  # noqa: E402
 
 from clowder_common import __version__, events, sdnotify  # noqa: E402
 from clowder_common.listener import Listener  # noqa: E402
+from clowder_common.log import ENV as LOG_LEVEL_ENV  # noqa: E402
 from clowder_common.log import add_argument as add_log_level  # noqa: E402
+from clowder_common.log import parse_level  # noqa: E402
 from clowder_common.log import setup as setup_logging  # noqa: E402
 
 from . import bridge, engine, handoff, inputqueue, screenmemory, screenwork, statedir  # noqa: E402
+from .adopt import AFTER_START  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .manifest import SLOTS  # noqa: E402
@@ -52,8 +55,24 @@ from .watchdog import Watchdog, install_wedge_fault  # noqa: E402
 log = logging.getLogger("ptyhostd")
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command line, also read by packaging/gendocs.py for ptyhostd(8)."""
+def _defaults() -> dict:
+    """The options' defaults, from the environment (ptyhostd(8) names each variable);
+    ValueError for a variable that is not a number."""
+    env = os.environ.get
+    return {"backlog_bytes": int(env("CLOWDER_BACKLOG_BYTES", 4 << 20)),
+            "max_sessions_per_user": int(env("CLOWDER_MAX_SESSIONS_PER_USER", 1024)),
+            "show_ended": float(env("CLOWDER_SHOW_ENDED", 86400)),
+            "input_queue_bytes": int(env("CLOWDER_INPUT_QUEUE_BYTES", 4 << 20)),
+            "input_deadline": float(env("CLOWDER_INPUT_DEADLINE", 10)),
+            "screen_engine": env("CLOWDER_SCREEN_ENGINE") or None,
+            "screen_memory": int(env("CLOWDER_SCREEN_MEMORY") or 0) or None}
+
+
+def parser():
+    """The command line (an argparse.ArgumentParser), also read by packaging/gendocs.py
+    for ptyhostd(8)."""
+    import argparse
+    d = _defaults()
     p = argparse.ArgumentParser(prog="ptyhostd", description="the clowder PTY host")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--system", dest="user", action="store_false", default=None,
@@ -61,30 +80,23 @@ def parser() -> argparse.ArgumentParser:
     scope.add_argument("--user", dest="user", action="store_true",
                        help="run under a user manager (default when not root)")
     p.add_argument("--socket", help="listen here when not socket-activated")
-    p.add_argument("--backlog-bytes", type=int,
-                   default=int(os.environ.get("CLOWDER_BACKLOG_BYTES", 4 << 20)),
+    p.add_argument("--backlog-bytes", type=int, default=d["backlog_bytes"],
                    help="raw output kept per session (default 4 MiB)")
-    p.add_argument("--max-sessions-per-user", type=int,
-                   default=int(os.environ.get("CLOWDER_MAX_SESSIONS_PER_USER", 1024)),
+    p.add_argument("--max-sessions-per-user", type=int, default=d["max_sessions_per_user"],
                    help="running sessions a non-root user may have (default 1024)")
-    p.add_argument("--show-ended", type=float, metavar="SECONDS",
-                   default=float(os.environ.get("CLOWDER_SHOW_ENDED", 86400)),
+    p.add_argument("--show-ended", type=float, metavar="SECONDS", default=d["show_ended"],
                    help="seconds an ended session nobody has seen stays in `ps` "
                         "(default 86400; `ps --all` lists every ended session kept)")
-    p.add_argument("--input-queue-bytes", type=int,
-                   default=int(os.environ.get("CLOWDER_INPUT_QUEUE_BYTES", 4 << 20)),
+    p.add_argument("--input-queue-bytes", type=int, default=d["input_queue_bytes"],
                    help="input queued per session before its writers stop being read "
                         "(default 4 MiB)")
-    p.add_argument("--input-deadline", type=float,
-                   default=float(os.environ.get("CLOWDER_INPUT_DEADLINE", 10)),
+    p.add_argument("--input-deadline", type=float, default=d["input_deadline"],
                    help="seconds a send may wait on a program that reads none of its "
                         "input before it fails (default 10)")
-    p.add_argument("--screen-engine", choices=engine.ENGINES,
-                   default=os.environ.get("CLOWDER_SCREEN_ENGINE") or None,
+    p.add_argument("--screen-engine", choices=engine.ENGINES, default=d["screen_engine"],
                    help="the terminal model of sessions (default: ghostty when pyghostty "
                         "is installed, else pyte)")
-    p.add_argument("--screen-memory", type=int, metavar="BYTES",
-                   default=int(os.environ.get("CLOWDER_SCREEN_MEMORY") or 0) or None,
+    p.add_argument("--screen-memory", type=int, metavar="BYTES", default=d["screen_memory"],
                    help="scrollback all sessions' terminal models may keep together, "
                         "shared out among them (default: MemTotal/16, at most 2 GiB)")
     p.add_argument("--version", action="version", version=f"ptyhostd {__version__}")
@@ -98,24 +110,47 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _parse(argv):
-    p = parser()
-    args = p.parse_args(argv)
-    if args.user is None:
-        args.user = os.getuid() != 0
+def _quick(argv: list[str]):
+    """The units' own command lines (``--system``, ``--user``, or none) read without
+    argparse, whose import and parser are ~4 ms of every start, and so of a restart's
+    blackout; None for any other command line, or a default that argparse must refuse."""
+    if len(argv) > 1 or argv[:1] not in ([], ["--system"], ["--user"]):
+        return None
+    try:
+        values = _defaults()
+        values["log_level"] = parse_level(os.environ.get(LOG_LEVEL_ENV) or "info")
+    except ValueError:
+        return None  # parser() says what is wrong, as it would have
+    return types.SimpleNamespace(user=argv[0] == "--user" if argv else None, socket=None,
+                                 check_handoff=False, hand_off=None, **values)
+
+
+def _refusal(args) -> str | None:
+    """What is wrong with the options, or None."""
     if args.backlog_bytes < 4096:
-        p.error("--backlog-bytes must be at least 4096")
+        return "--backlog-bytes must be at least 4096"
     if args.max_sessions_per_user < 1:
-        p.error("--max-sessions-per-user must be at least 1")
-    if args.screen_memory is None:
-        args.screen_memory = screenmemory.default_budget()
+        return "--max-sessions-per-user must be at least 1"
     if args.screen_memory < screenmemory.FLOOR:
-        p.error(f"--screen-memory must be at least {screenmemory.FLOOR} "
+        return (f"--screen-memory must be at least {screenmemory.FLOOR} "
                 "(one session's smallest share)")
     if args.show_ended < 0:
-        p.error("--show-ended must not be negative")
+        return "--show-ended must not be negative"
     if args.input_queue_bytes < 4096 or args.input_deadline <= 0:
-        p.error("--input-queue-bytes must be at least 4096 and --input-deadline positive")
+        return "--input-queue-bytes must be at least 4096 and --input-deadline positive"
+    return None
+
+
+def _parse(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _quick(argv) or parser().parse_args(argv)
+    if args.user is None:
+        args.user = os.getuid() != 0
+    if args.screen_memory is None:
+        args.screen_memory = screenmemory.default_budget()
+    refusal = _refusal(args)
+    if refusal is not None:
+        parser().error(refusal)  # exits 2 with the usage, as argparse's own errors
     return args
 
 
@@ -192,7 +227,12 @@ async def _serve(args) -> None:
                  len(host.sessions), extra={"CLOWDER_CAUSE": "handoff",
                                             **events.fields("handoff-done")})
     sdnotify.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
-    loop.run_in_executor(screenwork.POOL, engine.preload)  # off the loop, after READY
+    # The engine's first model and renders (~60 ms of cffi look-ups that hold the GIL)
+    # are made once the start's clients are served, not beside them: a restart's
+    # reconnects, ps and attaches come in the first milliseconds after READY (at 1,000
+    # sessions, READY to bytes flowing again went from 13-15 to 9-10 ms).  A repaint
+    # before then makes its session's model itself, as it would have waited for this.
+    loop.call_later(AFTER_START, loop.run_in_executor, screenwork.POOL, engine.preload)
     if watchdog is not None and handed is None:
         watchdog.start(loop)
     install_wedge_fault(loop)
