@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import collections
 import logging
 import os
@@ -30,6 +29,8 @@ def parse_level(text: str) -> int:
 
 def add_argument(parser) -> None:
     """A daemon's --log-level, defaulting to $CLOWDER_LOG_LEVEL, else info."""
+    import argparse  # here: ptyhostd's start parses its unit's command line without it
+
     def level(text: str) -> int:
         try:
             return parse_level(text)
