@@ -10,29 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Callable
+from typing import Callable, Optional
 
 from jeepney import DBusAddress, HeaderFields, Message, MessageType, new_method_call
 from jeepney.auth import BEGIN, Authenticator
 from jeepney.io.asyncio import DBusConnection
+
+from .linkerror import LinkLost, ManagerError
 
 SYSTEMD = "org.freedesktop.systemd1"
 MANAGER = DBusAddress("/org/freedesktop/systemd1", bus_name=SYSTEMD,
                       interface=SYSTEMD + ".Manager")
 _PEER = DBusAddress("/org/freedesktop/systemd1", bus_name=SYSTEMD,
                     interface="org.freedesktop.DBus.Peer")
-
-
-class ManagerError(Exception):
-    """The service manager refused a request or could not be reached."""
-
-    def __init__(self, message: str, name: str = ""):
-        super().__init__(message)
-        self.name = name  # the D-Bus error name of a refusal, "" if none came
-
-
-class LinkLost(ManagerError):
-    """The link dropped before the reply came: the request may or may not have been done."""
 
 
 class Link:
@@ -50,6 +40,23 @@ class Link:
     @property
     def alive(self) -> bool:
         return not self.task.done()
+
+    @staticmethod
+    def method_call(addr: tuple[str, str], method: str, sig: Optional[str] = None,
+                    body: tuple = ()) -> Message:
+        """A call of ``method`` on systemd's object and interface ``addr``: (path,
+        interface), as manager.py names them without importing jeepney."""
+        path, interface = addr
+        return new_method_call(DBusAddress(path, bus_name=SYSTEMD, interface=interface),
+                               method, sig, body)
+
+    @staticmethod
+    def error_of(reply: Message) -> Optional[tuple[str, str]]:
+        """(D-Bus error name, its text) if ``reply`` is an error, else None."""
+        if reply.header.message_type != MessageType.error:
+            return None
+        name = reply.header.fields.get(HeaderFields.error_name, "error")
+        return name, reply.body[0] if reply.body else ""
 
     async def send(self, msg: Message) -> None:
         """Send without waiting for a reply."""

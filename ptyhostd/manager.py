@@ -14,15 +14,22 @@ import contextlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Optional
+from typing import TYPE_CHECKING, Awaitable, Callable, Optional
 
-from jeepney import DBusAddress, HeaderFields, Message, MessageType, new_method_call
+from .linkerror import LinkLost, ManagerError
 
-from .dbuslink import MANAGER as _MANAGER, SYSTEMD as _SYSTEMD
-from .dbuslink import Link, LinkLost, ManagerError, open_link
+if TYPE_CHECKING:
+    from jeepney import Message
+
+    from .dbuslink import Link
 
 log = logging.getLogger("ptyhostd")
 
+# A D-Bus object and interface: (path, interface); the messages themselves are made by
+# dbuslink.py, which imports jeepney (~4 ms) when the link is first opened, after READY.
+_SYSTEMD = "org.freedesktop.systemd1"
+_ROOT = "/org/freedesktop/systemd1"
+_MANAGER = (_ROOT, _SYSTEMD + ".Manager")
 _PROPS = "org.freedesktop.DBus.Properties"
 _NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
 
@@ -107,13 +114,17 @@ class _JobWait:
     kind: str  # "start" or "stop"
 
 
+FIRST_LINK_AFTER = 0.5  # seconds from the start to the first link, unless a call needs it
+
+
 class Manager:
     """The link to the service manager, kept open in the background.
 
     The host must not wait for D-Bus before it serves: adopting running sessions needs
     no call to systemd, and authenticating plus the first round trip are a noticeable
-    part of a restart's blackout.  So the link is opened by a task started here, and
-    every call waits for it (up to LINK_WAIT).  The same task re-opens it whenever it
+    part of a restart's blackout.  So the link is opened by a task started here (at the
+    first call, or FIRST_LINK_AFTER at the latest), and every call waits for it (up to
+    LINK_WAIT).  The same task re-opens it whenever it
     drops: ``systemctl daemon-reexec`` (every systemd upgrade) closes every connection
     to the private socket.  Signals sent meanwhile are lost, so after a reconnect the
     jobs still awaited are looked up, and ``on_reconnect`` lets the host catch up on
@@ -130,6 +141,7 @@ class Manager:
         self._done_jobs: dict[str, str] = {}
         self._catching_up: Optional[asyncio.Task] = None
         self._closed = False
+        self._wanted = asyncio.Event()  # a call waits for the link
         self._keeper = asyncio.ensure_future(self._keep_linked())
         self._keeper.add_done_callback(self._keeper_done)
 
@@ -150,6 +162,7 @@ class Manager:
             return link
         if link is not None:
             self._up.clear()  # dropped; the keeper has not seen it yet
+        self._wanted.set()
         try:
             await asyncio.wait_for(self._up.wait(), LINK_WAIT)
         except asyncio.TimeoutError:
@@ -168,8 +181,14 @@ class Manager:
         delay = 0.02
         lost_at: Optional[float] = None
         failures = 0
+        # The first link waits until a call needs it, or FIRST_LINK_AFTER: importing
+        # jeepney and authenticating are ~5 ms of the loop, which the clients that
+        # reconnect in a restart's first milliseconds would otherwise wait behind.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wanted.wait(), FIRST_LINK_AFTER)
         while not self._closed:
             try:
+                from .dbuslink import open_link  # jeepney: imported at the first link
                 link = await open_link(self.path, self._job_removed)
             except Exception as exc:  # whatever it was, try again: calls wait for a link
                 self._last_error = str(exc)
@@ -216,12 +235,12 @@ class Manager:
 
     # --- calls --------------------------------------------------------------------------
 
-    async def _call(self, addr: DBusAddress, method: str, sig: Optional[str] = None,
+    async def _call(self, addr: tuple[str, str], method: str, sig: Optional[str] = None,
                     body: tuple = (), what: str = "") -> tuple:
         """Call ``method``; a call cut off by a dropped link is sent again on the next."""
         return (await self._call_on(addr, method, sig, body, what))[0]
 
-    async def _call_on(self, addr: DBusAddress, method: str, sig: Optional[str] = None,
+    async def _call_on(self, addr: tuple[str, str], method: str, sig: Optional[str] = None,
                        body: tuple = (), what: str = "", resend: bool = True
                        ) -> tuple[tuple, Link]:
         """The reply's body and the link it came on (``resend=False``: LinkLost instead
@@ -233,7 +252,7 @@ class Manager:
             link = await self._linked()
             try:
                 reply = await asyncio.wait_for(
-                    link.call(new_method_call(addr, method, sig, body)), CALL_TIMEOUT)
+                    link.call(link.method_call(addr, method, sig, body)), CALL_TIMEOUT)
                 break
             except LinkLost as exc:
                 if not resend:
@@ -243,9 +262,9 @@ class Manager:
             except asyncio.TimeoutError:
                 raise ManagerError(f"{what}: service manager not answering within "
                                    f"{CALL_TIMEOUT:g} s") from None
-        if reply.header.message_type == MessageType.error:
-            name = reply.header.fields.get(HeaderFields.error_name, "error")
-            text = reply.body[0] if reply.body else ""
+        refused = link.error_of(reply)
+        if refused is not None:
+            name, text = refused
             raise ManagerError(f"{what}: {text or name}", name) from None
         return reply.body, link
 
@@ -289,7 +308,7 @@ class Manager:
     async def _resolve_job(self, job: str, wait: _JobWait) -> None:
         """Settle a job wait whose JobRemoved signal may have been lost with a link."""
         try:
-            await self._call(DBusAddress(job, bus_name=_SYSTEMD, interface=_PROPS), "Get",
+            await self._call((job, _PROPS), "Get",
                              "ss", (_SYSTEMD + ".Job", "State"), what=f"looking up {job}")
             return  # still queued or running: the current link's JobRemoved will say
         except ManagerError as exc:
@@ -334,7 +353,7 @@ class Manager:
     async def _unit_job(self, unit: str) -> str:
         """The path of the job pending on ``unit``, or "" if none."""
         (path,) = await self._call(_MANAGER, "GetUnit", "s", (unit,), what=f"GetUnit {unit}")
-        addr = DBusAddress(path, bus_name=_SYSTEMD, interface=_PROPS)
+        addr = (path, _PROPS)
         (job,) = await self._call(addr, "Get", "ss", (_SYSTEMD + ".Unit", "Job"),
                                   what=f"reading {unit}")
         job_id, job_path = job[1]
@@ -434,7 +453,7 @@ class Manager:
             if "not loaded" in str(exc) or "NoSuchUnit" in str(exc):
                 return UnitState(unit, "not-found", "dead", 0, 0, 0, "")
             raise
-        addr = DBusAddress(path, bus_name=_SYSTEMD, interface=_PROPS)
+        addr = (path, _PROPS)
         (unit_props,) = await self._call(addr, "GetAll", "s", (_SYSTEMD + ".Unit",),
                                          what=f"reading {unit}")
         (svc,) = await self._call(addr, "GetAll", "s", (_SYSTEMD + ".Service",),
@@ -503,20 +522,19 @@ class Manager:
             (jobs,) = await self._call(_MANAGER, "ListJobs", what="listing the jobs")
             return next((job[2] for job in jobs if job[1] == unit), "")
         (path,) = await self._call(_MANAGER, "GetUnitByPID", "u", (os.getpid(),))
-        addr = DBusAddress(path, bus_name=_SYSTEMD, interface=_PROPS)
+        addr = (path, _PROPS)
         (job,) = await self._call(addr, "Get", "ss", (_SYSTEMD + ".Unit", "Job"))
         job_id, job_path = job[1]
         if not job_id:
             return ""
-        jaddr = DBusAddress(job_path, bus_name=_SYSTEMD, interface=_PROPS)
+        jaddr = (job_path, _PROPS)
         (jtype,) = await self._call(jaddr, "Get", "ss", (_SYSTEMD + ".Job", "JobType"))
         return jtype[1]
 
     async def system_state(self) -> str:
         """The manager's SystemState: "stopping" while it goes down (a poweroff or
         reboot, or a user manager's own end), else "running", "degraded", ..."""
-        (value,) = await self._call(DBusAddress("/org/freedesktop/systemd1", bus_name=_SYSTEMD,
-                                                interface=_PROPS), "Get", "ss",
+        (value,) = await self._call((_ROOT, _PROPS), "Get", "ss",
                                     (_SYSTEMD + ".Manager", "SystemState"),
                                     what="reading the manager's state")
         return value[1]
@@ -526,7 +544,7 @@ class Manager:
         them now: a daemon-reload changes the max of the running service at once."""
         (path,) = await self._call(_MANAGER, "GetUnitByPID", "u", (os.getpid(),),
                                    what="finding our own unit")
-        addr = DBusAddress(path, bus_name=_SYSTEMD, interface=_PROPS)
+        addr = (path, _PROPS)
         (props,) = await self._call(addr, "GetAll", "s", (_SYSTEMD + ".Service",),
                                     what="reading our FD store's size")
         return int(props["FileDescriptorStoreMax"][1]), int(props["NFileDescriptorStore"][1])
