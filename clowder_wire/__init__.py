@@ -16,7 +16,7 @@ This package imports nothing of clowder's programs (tests/test_layering.py).
 
 from .frame import (
     PROTOCOL_VERSION, MAX_FRAME, MAX_DATA, HEADER, JSON_LEN, ProtocolError,
-    Message, register, fields_of, encode, encode_json, encode_listing, check_header, decode, data_of, read_message,
+    Message, register, fields_of, encode, check_header, decode, data_of, read_message,
     FrameReader,
 )
 from . import frame as _frame
@@ -33,8 +33,7 @@ from .host import (
 # The union of the files' __all__ (tests/test_layering.py checks it).
 __all__ = [
     "PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
-    "ProtocolError", "Message", "register", "fields_of", "encode", "encode_json",
-    "encode_listing", "check_header",
+    "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
     "decode", "data_of", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
     "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
     "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions", "Send",

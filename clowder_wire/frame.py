@@ -29,8 +29,8 @@ import struct
 from .jsonpart import dumps, loads
 
 __all__ = ["PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
-           "ProtocolError", "Message", "register", "fields_of", "encode", "encode_json",
-           "encode_listing", "check_header", "decode", "data_of", "read_message", "FrameReader"]
+           "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
+           "decode", "data_of", "read_message", "FrameReader"]
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 1 << 20  # 1 MiB: the largest payload either side accepts
@@ -152,27 +152,6 @@ def encode(msg: Message) -> bytes:
         raise ProtocolError(f"{type(msg).__name__} frame of {length} bytes exceeds {MAX_FRAME}",
                             "oversize")
     return HEADER.pack(length, msg.KIND) + JSON_LEN.pack(len(body)) + body + data
-
-
-def encode_json(value) -> str:
-    """``value`` as a frame's JSON part writes it: an item's text for encode_listing."""
-    return dumps(value)
-
-
-def encode_listing(cls, items: list[str]) -> bytes:
-    """A frame of ``cls``, whose one field is a list, from its items' encode_json texts:
-    byte for byte what encode() writes for that list.  A server that lists many items
-    which rarely change keeps their texts (ptyhostd's ps: encoding a thousand sessions
-    anew was ~3-5 ms of every ps, and of every restart's blackout)."""
-    if len(cls._FIELDS) != 1 or cls._FIELDS[0][1] is not list:
-        raise TypeError(f"{cls.__name__} is not a message of one list")
-    name = cls._FIELDS[0][0]
-    body = f"{{{dumps(name)}:[{','.join(items)}]}}".encode()
-    length = JSON_LEN.size + len(body)
-    if length > MAX_FRAME:
-        raise ProtocolError(f"{cls.__name__} frame of {length} bytes exceeds {MAX_FRAME}",
-                            "oversize")
-    return HEADER.pack(length, cls.KIND) + JSON_LEN.pack(len(body)) + body
 
 
 def check_header(header: bytes) -> tuple[int, int]:

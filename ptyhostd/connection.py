@@ -273,7 +273,7 @@ class Connection(asyncio.Protocol):
                      and (msg.all or self.control or self.host.shown_in_ps(s, now))]
             for s in shown if not msg.peek else ():
                 seen = self._saw(s) or seen
-            self.write_raw(P.encode_listing(P.SessionList, [s.info_text() for s in shown]))
+            self.send(P.SessionList(sessions=[s.info() for s in shown]))
             if seen:
                 self.host.save()
         elif isinstance(msg, P.Send):

@@ -324,8 +324,6 @@ class Session:
         self.ended_by: Optional[str] = None
         self.seen = False  # its owner was told how it ended (kept in the manifest)
         self.killed_at = 0.0  # monotonic time of the last Kill: a Remove waits for its end
-        self._info_key: Optional[tuple] = None  # the values info_text was made from
-        self._info_text = ""
         self.pidfd: Optional[Fd] = None
         self._pidwatch: Optional["PidWatch"] = None
         self.attachments: set[Attachment] = set()
@@ -389,17 +387,6 @@ class Session:
             "cwd": self.cwd, "argv": self.argv, "agent": self.agent,
             "ended_by": self.ended_by,
         }
-
-    def info_text(self) -> str:
-        """info() as the wire writes it (protocol.encode_json), kept while every value
-        is the same: a ps of a thousand sessions, most of them unchanged since the last,
-        then encodes only what changed (protocol.encode_listing)."""
-        key = (self.name, self.pid, self.state, self.exit_code, self.signal, self.cols,
-               self.rows, self.created, self.uid, self.cwd, tuple(self.argv), self.agent,
-               self.ended_by)
-        if key != self._info_key:
-            self._info_key, self._info_text = key, protocol.encode_json(self.info())
-        return self._info_text
 
     def exited_message(self) -> protocol.Exited:
         return protocol.Exited(session=self.id, status=self.exit_status or "lost",

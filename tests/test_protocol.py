@@ -276,25 +276,3 @@ def test_frames_split_without_decoding():
         assert P.decode(*frames[0]) == P.Welcome(version=1, server="s", uid=0)
     with pytest.raises(P.ProtocolError):
         P.data_of(struct.pack("!I", 9) + b"{}")
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.lists(st.dictionaries(st.text(max_size=6), json_values, max_size=6), max_size=8))
-def test_a_listing_from_kept_item_texts_is_what_encode_writes(items):
-    """ptyhostd's ps writes SessionList from texts kept per session (encode_listing):
-    the frame is byte for byte encode()'s, and decodes to the same list."""
-    frame = P.encode_listing(P.SessionList, [P.encode_json(item) for item in items])
-    assert frame == P.encode(P.SessionList(sessions=items))
-    _, kind = P.check_header(frame[:P.HEADER.size])
-    assert P.encode(P.decode(kind, frame[P.HEADER.size:])) == frame
-
-
-def test_a_listing_is_refused_as_encode_refuses_it():
-    """Only a message whose one field is a list can be listed; an oversize listing is
-    refused before anything is sent, as encode() refuses it."""
-    with pytest.raises(TypeError):
-        P.encode_listing(P.Ok, [])
-    big = [P.encode_json("x" * 1000)] * (P.MAX_FRAME // 1000 + 1)
-    with pytest.raises(P.ProtocolError) as exc:
-        P.encode_listing(P.SessionList, big)
-    assert exc.value.code == "oversize"
