@@ -36,6 +36,7 @@ import asyncio  # noqa: E402
 import faulthandler  # noqa: E402
 import logging  # noqa: E402
 import socket  # noqa: E402
+import time  # noqa: E402
 import types  # noqa: E402
 
 from clowder_common import __version__, events, sdnotify  # noqa: E402
@@ -53,6 +54,8 @@ from .manifest import SLOTS  # noqa: E402
 from .watchdog import Watchdog, install_wedge_fault  # noqa: E402
 
 log = logging.getLogger("ptyhostd")
+
+QUIET = 0.05  # seconds without a client request: see _after_the_clients
 
 
 def _defaults() -> dict:
@@ -227,12 +230,8 @@ async def _serve(args) -> None:
                  len(host.sessions), extra={"CLOWDER_CAUSE": "handoff",
                                             **events.fields("handoff-done")})
     sdnotify.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
-    # The engine's first model and renders (~60 ms of cffi look-ups that hold the GIL)
-    # are made once the start's clients are served, not beside them: a restart's
-    # reconnects, ps and attaches come in the first milliseconds after READY (at 1,000
-    # sessions, READY to bytes flowing again went from 13-15 to 9-10 ms).  A repaint
-    # before then makes its session's model itself, as it would have waited for this.
-    loop.call_later(AFTER_START, loop.run_in_executor, screenwork.POOL, engine.preload)
+    host.last_request = time.monotonic()  # quiet is counted from READY
+    host._spawn_task(_after_the_clients(host))  # kept, and its failure logged
     if watchdog is not None and handed is None:
         watchdog.start(loop)
     install_wedge_fault(loop)
@@ -248,6 +247,27 @@ async def _serve(args) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+async def _after_the_clients(host: Host) -> None:
+    """What the start leaves until no client has connected or asked anything for QUIET
+    seconds (AFTER_START after the start at the latest): a restart's clients reconnect,
+    list and attach in its first milliseconds, and wait behind whatever runs then.
+
+    - The link to systemd (jeepney's import and the authentication, ~5 ms of the loop);
+      opened before any stop can come that is not right after a client's request, as a
+      stop asks systemd whether it is a restart (Manager.own_job_type).
+    - The engine's first model and renders (engine.preload), ~30-60 ms of cffi look-ups
+      in the screen pool that hold the GIL: beside them READY to bytes flowing again
+      took 13-15 ms at 1,000 sessions, after them 9-10.  Not a fixed delay: a client
+      that attached meanwhile would make the first model itself, and a stop arriving
+      while it loads would wait for the GIL."""
+    loop = asyncio.get_running_loop()
+    latest = time.monotonic() + AFTER_START
+    while (now := time.monotonic()) < latest and now - host.last_request < QUIET:
+        await asyncio.sleep(min(QUIET - (now - host.last_request), latest - now))
+    host.manager.link_now()
+    await loop.run_in_executor(screenwork.POOL, engine.preload)
 
 
 def main(argv=None) -> None:

@@ -45,6 +45,7 @@ _EOF = object()  # queued after the last request of a client that shut its side
 class Connection(asyncio.Protocol):
     def __init__(self, host: Host):
         self.host = host
+        host.last_request = time.monotonic()
         self.reader = protocol.FrameReader()
         self.transport: Optional[asyncio.Transport] = None
         self.uid = -1
@@ -258,6 +259,7 @@ class Connection(asyncio.Protocol):
 
     async def _handle(self, msg: protocol.Message) -> None:
         P = protocol
+        self.host.last_request = time.monotonic()
         if isinstance(msg, (P.Input, P.Resize)):
             self._attached_input(msg)
             return

@@ -81,6 +81,9 @@ class Host(Adoption):
         # check that each pid is still its program's; sessions spawned since are not.
         self._fast_adopted: list[Session] = []
         self.start_cause = "start"  # why this host started (Adoption.start)
+        # time.monotonic() of the last client connection or request: work that can wait
+        # waits for a quiet moment (__main__._after_the_clients)
+        self.last_request = time.monotonic()
         self._bridge_end: Optional[Callable[[], None]] = None  # Adoption._settle_bridge
         manager.on_reconnect = self._after_reconnect
         self.bus = EventBus()  # what `clowderctl events` watches (eventbus.py)

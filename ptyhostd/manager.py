@@ -152,6 +152,10 @@ class Manager:
         await self.ready()
         return self
 
+    def link_now(self) -> None:
+        """Open the first link now (the host's start calls it at its first quiet moment)."""
+        self._wanted.set()
+
     async def ready(self) -> None:
         """Wait until the link is open; ManagerError if it is not within LINK_WAIT."""
         await self._linked()
@@ -181,9 +185,9 @@ class Manager:
         delay = 0.02
         lost_at: Optional[float] = None
         failures = 0
-        # The first link waits until a call needs it, or FIRST_LINK_AFTER: importing
-        # jeepney and authenticating are ~5 ms of the loop, which the clients that
-        # reconnect in a restart's first milliseconds would otherwise wait behind.
+        # The first link waits until a call needs it, link_now, or FIRST_LINK_AFTER:
+        # importing jeepney and authenticating are ~5 ms of the loop, which the clients
+        # that reconnect in a restart's first milliseconds would otherwise wait behind.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wanted.wait(), FIRST_LINK_AFTER)
         while not self._closed:
