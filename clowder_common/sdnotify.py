@@ -1,7 +1,9 @@
 """systemd's notify protocol (sd_notify) and the fds it hands a service at start.
 
 Both daemons tell systemd READY=1, STOPPING=1 and more through notify(); the host also
-parks fds with it (ptyhostd/fdstore.py).
+parks fds with it (ptyhostd/fdstore.py).  Both protocols are a few lines over the
+standard library (sd_notify(3), sd_listen_fds(3)): systemd-python's module was ~1-2 ms
+of every start, which is a restart's blackout.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import errno
 import os
 import socket
 
-from systemd import daemon
+FIRST_FD = 3  # SD_LISTEN_FDS_START
 
 
 class NotifyError(Exception):
@@ -71,9 +73,24 @@ def notify(state: str, fds: list[int] | None = None) -> None:
 
 
 def inherited() -> dict[str, list[int]]:
-    """The fds systemd handed us (listening sockets and the store), by name."""
+    """The fds systemd handed us (listening sockets and the store), by name, as
+    sd_listen_fds_with_names(3) reads them: $LISTEN_FDS fds from fd 3 on, if
+    $LISTEN_PID is ours, named by $LISTEN_FDNAMES ("unknown" without it).  The three
+    variables are unset (nothing we start may take them for its own), and the fds are
+    not inherited by what we start."""
+    env = os.environ
+    pid, count, names = (env.pop(v, None) for v in ("LISTEN_PID", "LISTEN_FDS",
+                                                    "LISTEN_FDNAMES"))
+    if pid is None or count is None or not pid.isdigit() or int(pid) != os.getpid():
+        return {}
+    if not count.isdigit():
+        raise ValueError(f"LISTEN_FDS is not a count: {count!r}")
+    n = int(count)
+    labels = names.split(":") if names is not None else ["unknown"] * n
+    if len(labels) != n:
+        raise ValueError(f"LISTEN_FDNAMES names {len(labels)} fds, LISTEN_FDS says {n}")
     by_name: dict[str, list[int]] = {}
-    for fd, name in daemon.listen_fds_with_names(unset_environment=True).items():
+    for fd, name in enumerate(labels, FIRST_FD):
         os.set_inheritable(fd, False)
         by_name.setdefault(name, []).append(fd)
     return by_name
