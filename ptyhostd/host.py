@@ -14,7 +14,6 @@ import os
 import pwd
 import time
 import unicodedata
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import clowder_wire as protocol
@@ -41,20 +40,27 @@ class RequestError(Exception):
         self.code = code
 
 
-@dataclass
 class Config:
-    backlog_bytes: int = 4 << 20
-    max_exited: int = 256  # ended sessions kept for ps/wait/backlog before the oldest go
-    # An ended session leaves `ps` once its owner has seen how it ended (Session.seen),
-    # or this many seconds after its end if nobody did; `ps --all` lists it while kept.
-    show_ended: float = 86400.0
-    user_manager: bool = False
-    # Running sessions one non-root uid may have: one user takes at most 1/8 of the
-    # store's 8,190 sessions (FileDescriptorStoreMax=16384, two fds each).
-    max_sessions_per_user: int = 1024
-    # Where sessions' records and last screens are saved for the next boot
-    # (statedir.py); None: nowhere.
-    state_dir: Optional[str] = None
+    """The host's settings (a plain class: a dataclass is ~1 ms of the start's imports
+    and as much to make, and the start is a restart's blackout)."""
+
+    def __init__(self, *, backlog_bytes: int = 4 << 20, max_exited: int = 256,
+                 show_ended: float = 86400.0, user_manager: bool = False,
+                 max_sessions_per_user: int = 1024, state_dir: Optional[str] = None):
+        self.backlog_bytes = backlog_bytes
+        # Ended sessions kept for ps/wait/backlog before the oldest go.
+        self.max_exited = max_exited
+        # An ended session leaves `ps` once its owner has seen how it ended
+        # (Session.seen), or this many seconds after its end if nobody did; `ps --all`
+        # lists it while kept.
+        self.show_ended = show_ended
+        self.user_manager = user_manager
+        # Running sessions one non-root uid may have: one user takes at most 1/8 of the
+        # store's 8,190 sessions (FileDescriptorStoreMax=16384, two fds each).
+        self.max_sessions_per_user = max_sessions_per_user
+        # Where sessions' records and last screens are saved for the next boot
+        # (statedir.py); None: nowhere.
+        self.state_dir = state_dir
 
 
 class Host(Adoption):

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Optional
 
 from .linkerror import LinkLost, ManagerError
@@ -46,17 +45,28 @@ EXEC_FAILURES = {
 SETUP_FAILURES = range(200, 246)
 
 
-@dataclass
 class UnitState:
-    """What systemd knows of one session unit."""
+    """What systemd knows of one session unit (a plain class: see host.Config)."""
 
-    name: str
-    active: str  # ActiveState: active, failed, inactive, activating, ...
-    sub: str  # SubState: running, exited, failed, dead, ...
-    main_pid: int
-    exec_code: int  # ExecMainCode: 0 still running/unknown, 1 exited, 2 killed, 3 dumped
-    exec_status: int  # exit code, or signal number
-    result: str
+    __slots__ = ("name", "active", "sub", "main_pid", "exec_code", "exec_status", "result")
+
+    def __init__(self, name: str, active: str, sub: str, main_pid: int, exec_code: int,
+                 exec_status: int, result: str):
+        self.name = name
+        self.active = active  # ActiveState: active, failed, inactive, activating, ...
+        self.sub = sub  # SubState: running, exited, failed, dead, ...
+        self.main_pid = main_pid
+        # ExecMainCode: 0 still running/unknown, 1 exited, 2 killed, 3 dumped
+        self.exec_code = exec_code
+        self.exec_status = exec_status  # exit code, or signal number
+        self.result = result
+
+    def __repr__(self) -> str:
+        return "UnitState(%s)" % ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, UnitState) and all(
+            getattr(self, k) == getattr(other, k) for k in self.__slots__)
 
     @property
     def finished(self) -> bool:
@@ -105,13 +115,15 @@ LINK_WAIT = 15.0
 CALL_TIMEOUT = 30.0
 
 
-@dataclass
 class _JobWait:
     """A caller waiting for the JobRemoved signal of one job."""
 
-    future: asyncio.Future
-    unit: str
-    kind: str  # "start" or "stop"
+    __slots__ = ("future", "unit", "kind")
+
+    def __init__(self, future: asyncio.Future, unit: str, kind: str):
+        self.future = future
+        self.unit = unit
+        self.kind = kind  # "start" or "stop"
 
 
 FIRST_LINK_AFTER = 0.5  # seconds from the start to the first link, unless a call needs it
