@@ -135,9 +135,9 @@ class Manager:
     The host must not wait for D-Bus before it serves: adopting running sessions needs
     no call to systemd, and authenticating plus the first round trip are a noticeable
     part of a restart's blackout.  So the link is opened by a task started here (at the
-    first call, or FIRST_LINK_AFTER at the latest), and every call waits for it (up to
-    LINK_WAIT).  The same task re-opens it whenever it
-    drops: ``systemctl daemon-reexec`` (every systemd upgrade) closes every connection
+    first call, at ``link_now``, or FIRST_LINK_AFTER at the latest), and every call
+    waits for it (up to LINK_WAIT).  The same task re-opens it whenever it drops:
+    ``systemctl daemon-reexec`` (every systemd upgrade) closes every connection
     to the private socket.  Signals sent meanwhile are lost, so after a reconnect the
     jobs still awaited are looked up, and ``on_reconnect`` lets the host catch up on
     the units.
