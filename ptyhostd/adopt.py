@@ -433,7 +433,7 @@ class Adoption:
 
     def _resume(self, s: Session) -> None:
         """Serve an adopted session whose program still runs (its pid is watched)."""
-        s.start_reading(self.loop)
+        s.start_reading(self.loop, self.quiet_ptys)
         if s.state != "running":
             s.set_state("running", "adopted after a host restart", event="session-adopted")
         else:

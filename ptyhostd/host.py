@@ -73,6 +73,7 @@ class Host(Adoption):
         self.sessions: dict[str, Session] = {}
         self.loop = asyncio.get_running_loop()
         self.pidwatch = PidWatch(self.loop)
+        self.quiet_ptys = PidWatch(self.loop)  # adopted masters until their first output
         self.uid = os.getuid()
         # Where clowder-control runs; a connection from there may take reserved names.
         self.control_cgroup = peer.control_cgroup()

@@ -1,12 +1,15 @@
-"""The sessions' pidfds, in one epoll of the host's own.
+"""The sessions' pidfds, in one epoll of the host's own; and, in a second one, the pty
+masters adopted at a start until each has output (Session.start_reading).
 
 The host's event loop watches only this epoll's fd.  Registering a thousand pidfds with
 asyncio one by one (a Handle, a selector key and an epoll_ctl each) took ~15 ms of every
 start at 1,000 sessions, all of it before the host could serve; registering them here
 is one epoll_ctl each.  Level-triggered, like asyncio's own readers.
-The pty masters stay the event loop's own readers: on the byte path, the extra
+A pty master is read as the event loop's own reader: on the byte path, the extra
 epoll_wait per wake that this costs took ~10 % more CPU per MB forwarded (measured:
-55.8 vs 65.3 MB/s through the host, bench/, same run conditions).
+55.8 vs 65.3 MB/s through the host, bench/, same run conditions).  Only its first
+output after a start comes through here: it moves the master to the loop (~10 ms of
+asyncio readers at 1,000 sessions before READY, now only for the sessions that print).
 """
 
 from __future__ import annotations

@@ -329,6 +329,7 @@ class Session:
         self.attachments: set[Attachment] = set()
         self.waiters: list[asyncio.Future] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None  # while its master is read
+        self._quiet: Optional["PidWatch"] = None  # where it waits for its first output
         # The terminal model, off the byte path: following output (ghostty), or made on
         # the first attach and fed lazily (pyte), from the ring; ``screen_pos`` is the
         # ring offset it has been fed up to.
@@ -416,15 +417,40 @@ class Session:
 
     # --- the byte path ------------------------------------------------------------------
 
-    def start_reading(self, loop: asyncio.AbstractEventLoop) -> None:
-        # The event loop's own reader, not the pidfds' epoll (pidwatch.py says why).
+    def start_reading(self, loop: asyncio.AbstractEventLoop,
+                      quiet: Optional["PidWatch"] = None) -> None:
+        """Read the master as the event loop's own reader (pidwatch.py says why).
+        ``quiet``: a start's adoption: the master waits in that epoll until it has
+        output, and only then becomes the loop's reader (``_first_output``)."""
         if self.master is not None and self._loop is None:
-            loop.add_reader(self.master.fd, self.on_readable)
+            if quiet is not None:
+                quiet.add(self.master.fd, self._first_output)
+                self._quiet = quiet
+            else:
+                loop.add_reader(self.master.fd, self.on_readable)
             self._loop = loop
 
-    def stop_reading(self) -> None:
+    def _first_output(self) -> None:
+        """The master, waiting in the quiet epoll, has output: the loop reads it now."""
+        self._unquiet()
         if self._loop is not None and self.master is not None:
+            self._loop.add_reader(self.master.fd, self.on_readable)
+            self.on_readable()
+
+    def _unquiet(self) -> bool:
+        """Take the master out of the quiet epoll; whether it was there."""
+        quiet, self._quiet = self._quiet, None
+        if quiet is None or self.master is None:
+            return False
+        quiet.remove(self.master.fd)
+        return True
+
+    def _pause_reading(self) -> None:
+        if not self._unquiet() and self._loop is not None and self.master is not None:
             self._loop.remove_reader(self.master.fd)
+
+    def stop_reading(self) -> None:
+        self._pause_reading()
         self._loop = None
         self._model_paused = False
 
@@ -484,7 +510,7 @@ class Session:
                 self._compact_due = math.inf  # _follow re-arms it when it is done
                 self._following = self._loop.create_task(self._follow())
             if ring.head - self.screen_pos > self._model_lag and not self._model_paused:
-                self._loop.remove_reader(self.master.fd)
+                self._pause_reading()
                 self._model_paused = True  # until the model is within half of it
 
     def _feed_inline(self, start: int, data: Optional[bytes]) -> bool:

@@ -52,6 +52,41 @@ def test_restart_keeps_100_sessions(host):
         assert int(props["MainPID"]) == before[sid]["pid"] and props["ActiveState"] == "active"
 
 
+@pytest.mark.parametrize("how", ["restart", "kill -9"])
+def test_sessions_quiet_through_a_restart_are_read_from_their_first_output(host, how):
+    """An adopted pty master waits in an epoll of the host's own until it has output,
+    then becomes the event loop's reader (Session.start_reading's ``quiet``): each
+    quiet session is read from its first output on; one that then floods past what the
+    model keeps up with pauses and resumes its reading without a lost byte; one ended
+    while still quiet leaves no registration behind for the next pty to reuse."""
+    lines = 30000  # ~0.2 MB: past the model's lag (MODEL_LAG_MIN), so its reading may pause
+    quiet = [host.spawn("sh", "-c", "read x; echo got-$x; exec sleep 100000", name=f"q{i}")
+             for i in range(10)]
+    flood = host.spawn("sh", "-c", "stty -echo; read x; i=0; while [ $i -lt %d ]; do "
+                       "i=$((i+1)); echo f$i; done; echo flood-done; exec sleep 100000"
+                       % lines, name="flood")
+    ended = host.spawn("sh", "-c", "read x; exec sleep 100000", name="ended")
+    wait_for(lambda: all(host.ps()[sid]["state"] == "running" for sid in quiet + [flood]),
+             10, "the sessions to run")
+    host.restart() if how == "restart" else host.kill9()
+    host.ctl("kill", ended, "--signal", "KILL")
+    host.ctl("wait", ended, check=False)
+    host.ctl("rm", ended)
+    fresh = host.spawn("sh", "-c", "echo fresh-$((6*7)); exec sleep 100000", name="fresh")
+    for i, sid in enumerate(quiet):
+        host.ctl("send", sid, f"n{i}\r")
+    host.ctl("send", flood, "go\r")
+    for i, sid in enumerate(quiet):
+        wait_for(lambda: f"got-n{i}".encode() in host.backlog(sid), 10,
+                 f"quiet session {i} to be read after the {how}")
+    wait_for(lambda: b"fresh-42" in host.backlog(fresh), 10,
+             "the session started after the quiet one ended to be read")
+    wait_for(lambda: b"flood-done" in host.backlog(flood), 30, "the flood to end")
+    numbers = [int(n) for n in re.findall(rb"f(\d+)\r\n", host.backlog(flood))]
+    assert numbers == list(range(1, lines + 1)), \
+        f"the flood's lines: {len(numbers)} of {lines}, gaps or duplicates"
+
+
 def test_no_gap_no_duplicate_across_20_restarts(host):
     sid = host.spawn(PYTHON, "-c", COUNTER, name="counter")
     pid = host.ps()[sid]["pid"]
