@@ -20,7 +20,7 @@ from typing import Optional
 import clowder_wire as protocol
 from clowder_common import __version__
 
-from . import handoff, inputseq, peer, pty
+from . import engine, handoff, inputseq, peer, pty
 from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
 from .host import Host, RequestError
 from .keystrokes import KEYSTROKES
@@ -341,10 +341,14 @@ class Connection(asyncio.Protocol):
                 raise RequestError(f"unknown snapshot format {_show(msg.format)}: one of "
                                    f"{', '.join(SNAPSHOT_FORMATS)}", "bad-request")
             s = self._session(msg.session)
-            text, _ = await s.screen_call(functools.partial(_snapshot, format=msg.format))
-            if len(text) > P.MAX_DATA:
+            try:
+                text, _ = await s.screen_call(functools.partial(_snapshot, format=msg.format))
+                size = str(len(text))
+            except engine.TooLarge as exc:  # given up before it was all made
+                text, size = None, f"at least {exc.at_least}"
+            if text is None or len(text) > P.MAX_DATA:
                 raise RequestError(f"the {msg.format} snapshot of session {s.id} is "
-                                   f"{len(text)} bytes, more than a reply carries "
+                                   f"{size} bytes, more than a reply carries "
                                    f"({P.MAX_DATA}): ask for text", "too-large")
             self.send(P.SnapshotData(data=text))
         elif isinstance(msg, P.GetHistory):
@@ -598,8 +602,9 @@ SNAPSHOT_FORMATS = ("text", "ansi", "html", "json")
 
 
 def _snapshot(screen, format: str) -> bytes:
-    """A snapshot as UTF-8 bytes: made in the screen pool."""
-    return screen.snapshot(format).encode()
+    """A snapshot as UTF-8 bytes: made in the screen pool; engine.TooLarge once it is
+    certain not to fit in a reply."""
+    return screen.snapshot(format, limit=protocol.MAX_DATA).encode()
 
 
 def _cost(msg: protocol.Message) -> int:

@@ -35,6 +35,16 @@ class EngineError(Exception):
     """The engine asked for cannot be used."""
 
 
+class TooLarge(Exception):
+    """A snapshot would be more than the ``limit`` it was asked with, in UTF-8 bytes:
+    given up once that is certain, before the rest is made (an HTML or JSON snapshot of
+    a big screen is megabytes, and turning them into text holds the GIL)."""
+
+    def __init__(self, at_least: int):
+        super().__init__(f"at least {at_least} bytes")
+        self.at_least = at_least
+
+
 def _pyghostty_where() -> Optional[str]:
     """Where pyghostty would be imported from: "" (the Python environment), PACKAGED, or
     None if it is in neither."""

@@ -273,13 +273,15 @@ class Screen:
         from .screen_view import view  # only a client of another size needs it
         return view(self, cols, rows)
 
-    def snapshot(self, format: str = "text") -> str:
+    def snapshot(self, format: str = "text", limit: Optional[int] = None) -> str:
         """The active screen as ``text``, ``ansi`` (SGR, no cursor moves), ``html`` or
-        ``json`` (docs/snapshot-json.md)."""
+        ``json`` (docs/snapshot-json.md); ``limit``: a JSON snapshot gives up with
+        engine.TooLarge once its rows are more than that (the others are pure Python,
+        which lets the loop have the GIL every switch interval anyway)."""
         render = SNAPSHOT_FORMATS.get(format)
         if render is None:
             raise ValueError(f"unknown snapshot format {format!r}")
-        return render(self)
+        return _json(self, limit) if render is _json else render(self)
 
     # The read API of screen_json: what any engine offers a JSON snapshot.
 
@@ -728,9 +730,9 @@ class Screen:
             self.colours.pop(str(int(code) - 100), None)
 
 
-def _json(screen: Screen) -> str:
+def _json(screen: Screen, limit: Optional[int] = None) -> str:
     from . import screen_json  # only a JSON snapshot needs it
-    return screen_json.snapshot(screen)
+    return screen_json.snapshot(screen, limit)
 
 
 SNAPSHOT_FORMATS = {"text": screen_render.text, "ansi": screen_render.ansi,

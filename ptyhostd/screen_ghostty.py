@@ -318,8 +318,10 @@ class GhosttyScreen:
             tail += b"\x1b[?6h\x1b[%d;%dH" % (y + 2 - top, x + 1)
         return [head, self.blank_colours(), self.hyperlinks(), tail]
 
-    def snapshot(self, format: str = "text") -> str:
-        """The active screen as ``text``, ``ansi`` (SGR, no cursor moves) or ``html``."""
+    def snapshot(self, format: str = "text", limit: Optional[int] = None) -> str:
+        """The active screen as ``text``, ``ansi`` (SGR, no cursor moves), ``html`` or
+        ``json``; ``limit``: engine.TooLarge once it is certain to be more UTF-8 bytes
+        than that (HTML and JSON: before it is all made or decoded)."""
         if format == "text":
             rows = self.format(lib.GHOSTTY_FORMATTER_FORMAT_PLAIN).decode("utf-8", "replace")
             return "\n".join(r.rstrip() for r in _rows(rows, self._rows)) + "\n"
@@ -327,10 +329,14 @@ class GhosttyScreen:
             vt = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT)
             return "\n".join(_rows(vt.decode("utf-8", "replace"), self._rows)) + "\n"
         if format == "html":
-            return self.format(lib.GHOSTTY_FORMATTER_FORMAT_HTML).decode("utf-8", "replace")
+            html = self.format(lib.GHOSTTY_FORMATTER_FORMAT_HTML)
+            if limit is not None and len(html) > limit:  # decoding never shortens it
+                from .engine import TooLarge
+                raise TooLarge(len(html))
+            return html.decode("utf-8", "replace")
         if format == "json":
             from .screen_json import snapshot  # only a JSON snapshot needs it
-            return snapshot(self)
+            return snapshot(self, limit)
         raise ValueError(f"unknown snapshot format {format!r}")
 
     def view(self, cols: int, rows: int) -> bytes:

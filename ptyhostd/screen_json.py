@@ -147,9 +147,11 @@ def _dumps(value) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def snapshot(view) -> str:
+def snapshot(view, limit: Optional[int] = None) -> str:
     """The snapshot of ``view`` as compact JSON, one line: the same text as one
     ``json.dumps`` of ``document(view)``, but each row encoded as soon as it is read.
+    ``limit``: engine.TooLarge as soon as the rows alone are more characters (so more
+    UTF-8 bytes) than that.
     So no call holds the GIL long (json's encoder is one C call that lets no other
     thread run: the whole document of the largest screen, 2.5 MB, held it 0.3-0.4 s,
     stalling the event loop, hence every session's echo, that long), and a row's span
@@ -157,6 +159,12 @@ def snapshot(view) -> str:
     collector's full passes (50-70 ms each, the GIL held) run during the snapshot
     (bench/snapshot_gil.py)."""
     styles: dict = {DEFAULT_STYLE: 0}
-    rows = [_dumps(_spans(row, styles)) for row in view.read_rows()]
+    rows, size = [], 0
+    for row in view.read_rows():
+        rows.append(_dumps(_spans(row, styles)))
+        size += len(rows[-1]) + 1
+        if limit is not None and size > limit:
+            from .engine import TooLarge
+            raise TooLarge(size)
     head = _dumps(_head(view, styles))  # ends with "}": the rows go in before it
     return "".join([head[:-1], ',"rows":[', ",".join(rows), "]}\n"])

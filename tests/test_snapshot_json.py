@@ -163,6 +163,36 @@ def test_the_json_written_a_row_at_a_time_is_the_whole_document(engine):
     assert len(doc["styles"]) > 4
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("format", ["text", "ansi", "html", "json"])
+def test_a_snapshot_given_a_limit_gives_up_only_when_it_cannot_fit(engine, format):
+    """With ``limit`` (the host passes a reply's MAX_DATA), a snapshot that is certain to
+    be more UTF-8 bytes than that raises engine.TooLarge before it is all made (HTML and
+    JSON of a big screen are megabytes, and decoding them holds the GIL), and never
+    when it fits: at its own size it is the same text as without a limit."""
+    from ptyhostd.engine import TooLarge
+    model = _model(engine, 120, 40)
+    for y in range(40):  # coloured words, wide and combined characters: bytes > chars
+        model.feed(("\x1b[%d;1H" % (y + 1) + " ".join(
+            "\x1b[38;5;%dm%s中e\u0301\x1b[0m" % ((y * 7 + i) % 256, "w" * (i % 5))
+            for i in range(14))).encode())
+    whole = model.snapshot(format)
+    size = len(whole.encode())
+    assert model.snapshot(format, limit=size) == whole
+    assert model.snapshot(format, limit=10 * size) == whole
+    try:
+        model.snapshot(format, limit=size // 4)
+    except TooLarge as exc:
+        assert size // 4 < exc.at_least <= size, (exc.at_least, size)
+        gave_up = True
+    else:
+        gave_up = False
+    # HTML of ghostty (its formatter's bytes, before decoding) and JSON (its rows, as they
+    # are encoded) give up; the others are checked by the host on the whole text.
+    assert gave_up == (format == "json" or (format, engine) == ("html", "ghostty")), \
+        (format, engine, gave_up)
+
+
 def test_the_repaints_common_prefix_is_os_paths():
     """screen_ghostty.common_prefix (by memcmp halving) agrees with
     os.path.commonprefix, on random bytes around every kind of boundary."""
