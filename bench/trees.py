@@ -11,6 +11,9 @@ $CLOWDER_BENCH_TERM's size, e.g. 200x50), and through `clowderctl attach` run fr
 same tree (PYTHONPATH: the client differs too); tmux is measured in the same round,
 so a loaded machine weighs on all alike.  Prints each measurement and, at the end, the
 medians over all rounds.  Used for issue 13's pty wake size (docs/bench.md, section 3).
+With $CLOWDER_TREES_SNAPSHOTS=1, also figure 8's echo beside snapshots of the largest
+screen in a loop (fig_snapshot.beside_big), for each tree and tmux in the same round
+(used for the switch interval, docs/design.md "Snapshots beside other sessions' echo").
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 
 import clowder
 import fig_echo
+import fig_snapshot
 import fig_throughput
 from common import log, median, percentile
 from common import size as size_now
@@ -39,6 +43,8 @@ def main() -> None:
     rng = random.Random(13)
     echo: dict[tuple, list[float]] = {}
     tput: dict[tuple, list[float]] = {}
+    beside: dict[tuple, list[float]] = {}  # (tree or tmux, load) -> echo beside snapshots
+    snapshots = os.environ.get("CLOWDER_TREES_SNAPSHOTS") == "1"
     tmux = TmuxPeer()
     if tmux.available():
         raise SystemExit(f"tmux: {tmux.available()}")
@@ -53,6 +59,13 @@ def main() -> None:
         tput.setdefault(label, []).append(res["mb_s"])
         log(f"{label} cat: {res['mb_s']:.1f} MB/s (server cpu {res['server_cpu']:.2f} s)")
 
+    def big(label: str, kind: str) -> None:
+        for load, got in fig_snapshot.beside_big(kind, samples, rng, 120).items():
+            beside.setdefault((label, load), []).extend(got["lat"])
+            log(f"{label} echo beside {load} snapshots: p50 {median(got['lat']) * 1e3:.2f} "
+                f"ms, p99 {percentile(got['lat'], 99) * 1e3:.2f} ms, "
+                f"{len(got['snap'])} snapshots {got['answers']}")
+
     for r in range(rounds):
         order = srcs[r % len(srcs):] + srcs[:r % len(srcs)]
         for src in order:
@@ -61,8 +74,12 @@ def main() -> None:
             for peer in (clowder.ClowderPeer(), clowder.ClowderCtlPeer(src)):
                 one(f"{tree}/{peer.name}", peer)
                 peer.reset()
+            if snapshots:
+                big(tree, "clowder")
         one("tmux", tmux)
         tmux.clear()
+        if snapshots:
+            big("tmux", "tmux")
     print("\nmedians over all rounds (echo in ms; cat in MB/s):", flush=True)
     for label in sorted(tput):
         row = [f"{label:28}"]
@@ -72,6 +89,9 @@ def main() -> None:
                        f"{percentile(lat, 99) * 1e3:6.2f}")
         row.append(f"cat {median(tput[label]):6.1f}")
         print("  ".join(row), flush=True)
+    for (label, load), lat in sorted(beside.items()):
+        print(f"{label:28}  echo beside {load}: p50 {median(lat) * 1e3:5.2f} p99 "
+              f"{percentile(lat, 99) * 1e3:6.2f} max {max(lat) * 1e3:6.2f}", flush=True)
 
 
 if __name__ == "__main__":
