@@ -132,8 +132,19 @@ class Remote:
 def remote(box, request):
     """The box with both sockets listening and no agents; everything stopped after (the
     box's journal printed first if the test failed)."""
-    box.exec(["systemctl", "start", "clowder-ptyhost.socket", "clowder-control.socket"],
-             check=True)
+    started = box.exec(["systemctl", "start", "clowder-ptyhost.socket",
+                        "clowder-control.socket"], capture_output=True)
+    if started.returncode != 0:
+        # ci53: both failed once ("Job failed"), and the box's journal went with the run.
+        print_journal(["-u", "clowder-ptyhost.socket", "-u", "clowder-control.socket",
+                       "-u", "clowder-ptyhost.service", "-u", "clowder-control.service"],
+                      "the box's journal",
+                      run=lambda argv, **kw: box.exec(argv, **kw))
+        results = box.exec(["systemctl", "show", "-p", "Id", "-p", "Result",
+                            "clowder-ptyhost.socket", "clowder-control.socket"],
+                           capture_output=True).stdout.decode(errors="replace").split()
+        pytest.fail(f"the box's sockets did not start (exit {started.returncode}): "
+                    f"{started.stderr.decode(errors='replace').strip()}; {results}")
     r = Remote(box)
     yield r
     if failed(request):
