@@ -446,6 +446,7 @@ class Session:
         return True
 
     def _pause_reading(self) -> None:
+        """Stop reading the master, wherever it waits (the quiet epoll or the loop)."""
         if not self._unquiet() and self._loop is not None and self.master is not None:
             self._loop.remove_reader(self.master.fd)
 
