@@ -393,13 +393,15 @@ class Soak:
         code = self.rng.randrange(1, 120)
         out = ("\x1b[41m\x1b[2J" + "\x1b[20000000C x" * 5 + "\x1b[99999999999999999999S"
                + "\x1b[1;500r\x1b[9999L" + "bomb-done\n")
-        sid = self.host.spawn(PYTHON, "-c", f"import sys, time; sys.stdout.write({out!r}); "
-                              f"sys.stdout.flush(); time.sleep(2); sys.exit({code})",
+        # It runs until its snapshot is answered, then is told to exit (a line typed).
+        sid = self.host.spawn(PYTHON, "-c", f"import sys; sys.stdout.write({out!r}); "
+                              f"sys.stdout.flush(); sys.stdin.readline(); sys.exit({code})",
                               name=f"soak-bomb{len(self.exits)}", size="500x500")
         self.exits[sid] = code
         wait_for(lambda: b"bomb-done" in self.host.backlog(sid), 30, f"bomb {sid} printed")
         r = self.host.ctl("snapshot", sid, check=False, timeout=60)
         assert r.returncode == 0, f"the snapshot of bomb {sid}: {r.stderr!r}"
+        self.host.ctl("send", sid, "\r")
 
     def exiter(self) -> None:
         code = self.rng.randrange(1, 120)
