@@ -47,7 +47,8 @@ def test_other_user_cannot_touch_it(system_host):
     sid = h.spawn("sleep", "100000", user="alice", cwd="/home/alice", name="secret")
     assert sid not in h.ps(user="bob")
     for args in (["send", sid, "x"], ["backlog", sid], ["kill", sid], ["wait", sid],
-                 ["attach", "--read-only", sid], ["send", "secret", "x"], ["rm", sid]):
+                 ["attach", "--read-only", sid], ["send", "secret", "x"],
+                 ["snapshot", sid], ["snapshot", "--format", "json", sid], ["rm", sid]):
         proc = h.ctl(*args, user="bob", check=False, stdin=subprocess.DEVNULL)
         assert proc.returncode != 0, f"bob could run {args}"
         assert b"no such session" in proc.stderr, proc.stderr
