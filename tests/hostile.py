@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -62,12 +64,17 @@ class Flooder:
     ``run`` stops when the daemon stops reading (no progress for ``stall`` seconds),
     when ``limit`` bytes are sent, or when the daemon closes the connection; it returns
     the bytes the daemon took.  A daemon that bounds what a connection may make it hold
-    stops reading (or closes) long before ``limit``.
+    stops reading (or closes) long before ``limit``.  ``path`` is the daemon's socket, or
+    a connection to it made already (``connect_as``: a member's).
     """
 
-    def __init__(self, path: str, frames: bytes, hello: P.Message | None = None):
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(path)
+    def __init__(self, path: str | socket.socket, frames: bytes,
+                 hello: P.Message | None = None):
+        if isinstance(path, socket.socket):
+            self.sock = path
+        else:
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.connect(path)
         self.sock.sendall(P.encode(hello or P.Hello(version=P.PROTOCOL_VERSION,
                                                     client="flood")))
         self.sock.setblocking(False)
@@ -93,6 +100,20 @@ class Flooder:
             pending = pending[n:] or memoryview(self.frames)
         return self.sent
 
+    def answers(self) -> list[P.Message]:
+        """The first frames the daemon wrote back that have arrived (up to 64 KiB of them):
+        read once the flood is over, they say what the flooded requests were answered."""
+        self.sock.setblocking(True)
+        self.sock.settimeout(5)
+        reader, frames = P.FrameReader(), []
+        with contextlib.suppress(socket.timeout):
+            while len(frames) < 2:  # Welcome, and at least one answer
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                frames += reader.feed(data)
+        return frames
+
     def close(self) -> None:
         self.sock.close()
 
@@ -101,6 +122,31 @@ class Flooder:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+socket.send_fds(socket.socket(fileno=int(sys.argv[2])), [b"c"], [s.fileno()])
+"""
+
+
+def connect_as(user: str, path: str) -> socket.socket:
+    """A connection to ``path`` that a process of ``user`` made (the daemon reads its uid
+    from the kernel at connect, SO_PEERCRED) and handed to us, unused."""
+    ours, theirs = socket.socketpair()
+    try:
+        subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", _CONNECT, path,
+                        str(theirs.fileno())], pass_fds=[theirs.fileno()], check=True,
+                       timeout=30)
+        ours.settimeout(5)
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+        assert fds, f"{user}'s process handed no connection to {path}"
+        return socket.socket(fileno=fds[0])
+    finally:
+        ours.close()
+        theirs.close()
 
 
 @contextlib.contextmanager
