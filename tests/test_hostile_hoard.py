@@ -25,7 +25,7 @@ import pytest
 
 from conftest import PYTHON, wait_for
 from ctl.client import Client
-from hostile import MiB, Flooder, Memory, rss_kib
+from hostile import MiB, Flooder, Memory, connect_as, rss_kib
 import clowder_wire as P
 from test_access import system_host  # noqa: F401  (alice, bob, mallory and the host)
 from test_ending import control_socket
@@ -106,11 +106,13 @@ CONTROL_FLOODS = {
 }
 
 
-def _flood(pid: int, path: str, frames: bytes, probe) -> tuple[int, int, int, list[float]]:
-    """(peak RSS and its growth in bytes, bytes the daemon took, probe latencies)."""
+def _flood(pid: int, path: str, frames: bytes, probe, connect=None, answers=False
+           ) -> tuple[int, int, int, list[float], list[P.Message]]:
+    """(peak RSS and its growth in bytes, bytes the daemon took, probe latencies, with
+    ``answers`` the first frames the flooder was sent); ``connect`` makes its connection."""
     mem = Memory(pid)
     start = mem.read()["VmRSS"]
-    flooder = Flooder(path, frames)
+    flooder = Flooder(connect() if connect else path, frames)
     took: list[int] = []
     t = threading.Thread(target=lambda: took.append(
         flooder.run(FLOOD_LIMIT, stall=2.0, seconds=40)))
@@ -124,15 +126,22 @@ def _flood(pid: int, path: str, frames: bytes, probe) -> tuple[int, int, int, li
             time.sleep(0.02)  # a person's pace, not a second flood
         t.join()
         mem.max_rss = max(mem.max_rss, mem.read()["VmRSS"])
-        return mem.max_rss * 1024, (mem.max_rss - start) * 1024, took[0], times
+        return mem.max_rss * 1024, (mem.max_rss - start) * 1024, took[0], times, \
+            flooder.answers() if answers else []
     finally:
         flooder.close()
         mem.stop()
 
 
 def _check(name: str, pid: int, path: str, frames: bytes, probe,
-           growth: int = GROWTH) -> None:
-    peak, first, took, times = _flood(pid, path, frames, probe)
+           growth: int = GROWTH, connect=None, answered=None) -> None:
+    """Flood twice (see the module's docstring).  ``connect`` makes each flooder's
+    connection (else it is ours); ``answered`` checks the first frames the first flooder
+    was sent, read once the flood is over."""
+    peak, first, took, times, answers = _flood(pid, path, frames, probe, connect,
+                                               answered is not None)
+    if answered is not None:
+        answered(answers)
     p99 = statistics.quantiles(times, n=100)[98] if len(times) >= 2 else times[0]
     assert first < growth, (f"{name}: the daemon grew by {first / MiB:.1f} MiB for "
                             f"{took / MiB:.1f} MiB sent and never read")
@@ -140,7 +149,7 @@ def _check(name: str, pid: int, path: str, frames: bytes, probe,
     # The flooder has gone: what it made us hold is reused by the next one, so a
     # second flood of the same kind does not raise the peak (CPython keeps freed
     # arenas, so RSS itself need not fall).
-    peak2, second, _, _ = _flood(pid, path, frames, probe)
+    peak2, second, _, _, _ = _flood(pid, path, frames, probe, connect)
     grown = peak2 - peak
     assert grown < AGAIN, (f"{name}: a second flood raised the peak by {grown / MiB:.1f} "
                            f"MiB (the first's memory was not given back for reuse)")
@@ -172,6 +181,42 @@ def test_ptyhost_request_flood_never_read(host, sessions, kind):
     _check(kind, pid, host.socket, HOST_FLOODS[kind](sessions), probe)
     assert host.main_pid() == pid, "the host restarted during the flood"
     assert host.ps()[sessions["reader"]]["state"] == "running"
+
+
+# Requests only root may make, flooded by a member (bob): each refused (ptyhostd's
+# connection.py).  Root's UpgradeCheck starts a check process each: not flooded here.
+MEMBER_FLOODS = {
+    "UpgradeCheck": _frames(P.UpgradeCheck(), times=200),
+    "HandOff": _frames(P.HandOff(), times=200),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MEMBER_FLOODS))
+def test_member_flood_of_roots_requests_never_read(system_host, kind):  # noqa: F811
+    h = system_host
+    pid = h.main_pid()
+
+    def handoffs() -> bytes:
+        return h.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={pid}",
+                      "CLOWDER_CAUSE=handoff"]).stdout
+    before = handoffs()
+
+    def probe():
+        with Client(h.socket, timeout=5) as c:
+            c.request(P.ListSessions(), P.SessionList)
+
+    def refused(answers):
+        assert isinstance(answers[0], P.Welcome) and answers[0].uid == 2002, answers[:1]
+        assert len(answers) > 1, f"{kind}: no answer came to bob's flood"
+        wrong = [a for a in answers[1:] if not (isinstance(a, P.Error) and not a.fatal
+                                                and a.code == "permission")]
+        assert not wrong, f"{kind} from bob was answered {wrong[:3]}"
+        assert "uid 2002 may not" in answers[1].message, answers[1].message
+    _check(kind, pid, h.socket, MEMBER_FLOODS[kind], probe,
+           connect=lambda: connect_as("bob", h.socket), answered=refused)
+    assert h.main_pid() == pid, "the host restarted during the flood"
+    # A hand-off keeps the PID (the new code runs in this process): its journal says so.
+    assert handoffs() == before, f"a hand-off was started: {handoffs()!r}"
 
 
 def _control_pid(host) -> int:
