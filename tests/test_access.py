@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from conftest import Env, ensure_user, wait_for
+from test_ending import control_socket
 
 
 @pytest.fixture
@@ -60,6 +61,14 @@ def test_other_user_cannot_touch_it(system_host):
     assert mode & 0o002 == 0, oct(mode)
     proc = h.ctl("ps", user="mallory", check=False)
     assert proc.returncode != 0 and b"permission denied" in proc.stderr.lower()
+    # Nor to clowder-control's, which a member (bob) reaches.
+    control = control_socket(h)
+    mode = os.stat(control).st_mode & 0o777
+    assert mode & 0o002 == 0, oct(mode)
+    h.ctl("--control-socket", control, "status", user="bob")
+    proc = h.ctl("--control-socket", control, "status", user="mallory", check=False)
+    assert proc.returncode != 0 and \
+        f"permission denied on {control}".encode() in proc.stderr.lower(), proc.stderr
     # Root sees everything, and alice's session is untouched.
     assert h.ps()[sid]["state"] == "running"
     assert h.ps(user="alice")[sid]["state"] == "running"
