@@ -10,6 +10,9 @@ import subprocess
 import pytest
 
 from conftest import Env, ensure_user, wait_for
+from ctl.client import Client
+from hostile import connect_as
+import clowder_wire as P
 from test_ending import control_socket
 
 
@@ -72,6 +75,40 @@ def test_other_user_cannot_touch_it(system_host):
     # Root sees everything, and alice's session is untouched.
     assert h.ps()[sid]["state"] == "running"
     assert h.ps(user="alice")[sid]["state"] == "running"
+
+
+def test_other_user_gets_nothing_of_it_on_the_wire(system_host):
+    """What clowderctl refuses bob above, as raw requests on his own connection: an Attach
+    asking for alice's scrollback is refused with none of it sent, and a peek at the
+    list (which marks no end seen) leaves her session out."""
+    h = system_host
+    sid = h.spawn("sh", "-c", "seq 1 3000; exec sleep 100000", user="alice",
+                  cwd="/home/alice")
+    wait_for(lambda: b"\n3000\r\n" in h.backlog(sid, user="alice"), 10,
+             "alice's session to print its lines")
+    bobs = h.spawn("sleep", "100000", user="bob", cwd="/home/bob")
+    # Root's same Attach gets her lines: the request asks for something there is.
+    with Client(h.socket, timeout=10) as c:
+        c.send(P.Attach(session=sid, history=500))
+        assert isinstance(c.recv(), P.Attached)
+        history = c.recv()
+        assert isinstance(history, P.SnapshotData) and b"2500" in history.data, history
+    with connect_as("bob", h.socket) as s:
+        s.settimeout(10)
+        s.sendall(b"".join(P.encode(m) for m in (
+            P.Hello(version=P.PROTOCOL_VERSION), P.Attach(session=sid, history=500),
+            P.ListSessions(peek=True), P.ListSessions(peek=True, all=True), P.Detach())))
+        reader, got = P.FrameReader(), []
+        while data := s.recv(65536):  # the host closes after the Detach's Ok
+            got += reader.feed(data)
+    assert [type(m).__name__ for m in got] == \
+        ["Welcome", "Error", "SessionList", "SessionList", "Ok"], got
+    assert got[0].uid == 2002 and got[1].code == "no-session", got[:2]
+    for listing in got[2:4]:
+        ids = [x["id"] for x in listing.sessions]
+        assert sid not in ids and bobs in ids, ids
+    assert h.ps(user="alice")[sid]["state"] == "running"
+    h.ctl("kill", bobs, user="bob")
 
 
 def test_root_may_spawn_as_another_user(system_host):
