@@ -1,8 +1,9 @@
-"""Hostile clients of clowder-control's down and of the host's kill.
+"""Hostile clients of clowder-control's down and restart and of the host's kill.
 
 A second unprivileged user may not end someone else's agent or session (with or without
-the escalation); one client that sends many down/kill requests and never reads the
-answers keeps clowder-control's memory bounded and every other client served.
+the escalation); one client that sends many down/kill requests, or restarts of a real
+agent, and never reads the answers keeps clowder-control's memory bounded and every
+other client served.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import time
 
 import pytest
 
-from conftest import PYTHON, ensure_user, wait_for
+from conftest import PYTHON, ensure_user, poll, wait_for
 import clowder_wire as P
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
-from hostile import rss_kib
+from hostile import MiB, Memory, rss_kib
 from test_ending import STUBBORN, control_socket, timed_status
 
 
@@ -97,3 +98,61 @@ def test_flood_of_downs_never_read(host, control):
             s.close()
     took, _ = timed_status(host)
     assert took < 1.0
+
+
+def test_flood_of_restarts_never_read(host, control):
+    """Restart after restart of a real agent from one client that never reads: each one
+    handled really restarts it (one connection's requests are done in turn, so none is
+    refused as busy), status answers meanwhile, memory stays bounded, and once the
+    client has gone the restarts it left queued are dropped: the agent runs on."""
+    control.write_config("agents:\n" + agent_yaml("victim", "sleep 100000", control.workdir)
+                         + agent_yaml("bystander", "sleep 100000", control.workdir))
+    before = control.wait_running(["victim", "bystander"])
+    pid = int(host.show("clowder-control.service", "MainPID")["MainPID"])
+    mem = Memory(pid)
+    frames = P.encode(P.AgentRestart(agent="victim")) * 200
+
+    def spawns(report) -> int:
+        return [a for a in report.agents if a["name"] == "victim"][0]["spawns"]
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(control_socket(host))
+            s.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION, client="flood")))
+            s.settimeout(0.5)
+            sent, reading = 0, True
+            # Timed, not counted to the end: a restart takes 50-80 ms here (its session
+            # ended, a new one started through systemd), and the restarts the daemon
+            # takes in before it stops reading (4,400 measured) would take minutes.
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                if reading:
+                    try:
+                        s.sendall(frames)
+                        sent += 200
+                    except socket.timeout:
+                        reading = False  # the daemon stopped reading us: the point
+                took, rep = timed_status(host)
+                assert took < 1.0, f"status took {took:.2f} s during the flood"
+            assert not reading and sent > 1000, (reading, sent)
+            restarted = spawns(rep) - before["victim"]["spawns"]
+            assert restarted >= 10, f"{restarted} restarts done in 8 s, none read"
+            at_close = spawns(timed_status(host)[1])
+        # Gone: what it left queued is dropped.  The restart under way is done, and one
+        # more may have begun just after that status: 2.
+        wait_for(lambda: control.agents()["victim"]["state"] == "running", 20,
+                 "the victim to run once the flooder has gone")
+        more = poll(lambda: spawns(timed_status(host)[1]) > at_close + 2, 2.0, interval=0.1)
+        assert not more, "clowder-control went on restarting for a client that had gone"
+        victim = control.agents()["victim"]
+        settled = victim["spawns"]
+    finally:
+        mem.stop()
+    grew = (mem.max_rss - mem.start_rss) * 1024
+    assert grew < 30 * MiB, f"clowder-control's peak grew by {grew / MiB:.1f} MiB"
+    assert victim["state"] == "running" and victim["pid"] != before["victim"]["pid"], victim
+    assert host.ps()[victim["session"]]["state"] == "running"
+    by = control.agents()["bystander"]
+    assert (by["state"], by["pid"], by["spawns"]) == \
+        ("running", before["bystander"]["pid"], before["bystander"]["spawns"])
+    print(f"restarts: {sent} sent, {settled - before['victim']['spawns']} done, peak "
+          f"+{grew / MiB:.1f} MiB")
