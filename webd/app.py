@@ -10,6 +10,7 @@ does not depend on the browser's cookie policy).
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -26,6 +27,10 @@ log = logging.getLogger("clowder-web")
 COOKIE = "clowder_web"
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 MAX_WS_MESSAGE = 64 << 10  # a browser's keystrokes and resizes: small
+# Terminals (WebSockets) a uid may have open at once.  Each is an attach at the host,
+# made as root, so the host's own cap per uid does not apply: one never read holds
+# ~0.5 MiB here and ~1.1 MiB at the host (256 of them: +123 and +275 MiB).
+MAX_TERMINALS = 16
 NO_LOGIN = ("401: no valid login. Run `clowderctl web` and open the URL it prints "
             "(its token is good once, for a short while).\n")
 
@@ -46,6 +51,7 @@ def make_app(settings: Settings, tokens: Tokens) -> web.Application:
     app = web.Application(middlewares=[_auth(tokens, settings)])
     app["settings"] = settings
     app["tokens"] = tokens
+    app["terminals"] = collections.Counter()  # uid -> terminals open (MAX_TERMINALS)
     app.router.add_get("/login", login)
     app.router.add_get("/", index)
     app.router.add_get("/api/sessions", sessions)
@@ -169,6 +175,21 @@ async def terminal(request: web.Request) -> web.WebSocketResponse:
         refusals.warning("web-origin", (uid,), f"WebSocket from origin "
                          f"{request.headers.get('Origin')!r:.100} refused (uid {uid})")
         raise web.HTTPForbidden(text="403: this WebSocket's Origin is not this page's\n")
+    held = request.app["terminals"]
+    if held[uid] >= MAX_TERMINALS:
+        raise web.HTTPTooManyRequests(text=f"429: {MAX_TERMINALS} terminals are open "
+                                           f"for this user already: close one\n")
+    held[uid] += 1
+    try:
+        return await _terminal(request, settings, uid)
+    finally:
+        held[uid] -= 1
+        if not held[uid]:
+            del held[uid]
+
+
+async def _terminal(request: web.Request, settings: Settings, uid: int
+                    ) -> web.WebSocketResponse:
     sid = request.match_info["sid"]
     try:
         known = {s["id"]: s for s in await hostlink.list_sessions(settings.host_socket)}
