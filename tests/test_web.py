@@ -13,7 +13,11 @@ import base64
 import http.client
 import json
 import os
+import selectors
 import socket
+import subprocess
+import threading
+import time
 import urllib.parse
 
 import aiohttp
@@ -22,6 +26,7 @@ import pytest
 from conftest import PYTHON, ensure_user, wait_for
 from hostile import MiB, Flooder, Memory
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
+from webd.app import LOG_INTERVAL
 
 PORT = 7380
 BASE = f"http://127.0.0.1:{PORT}"
@@ -394,4 +399,216 @@ def test_a_page_that_never_reads_a_flood_stays_bounded(web):
         assert taken < 16 * MiB, f"clowder-web read {taken} bytes of requests unanswered"
         assert grew < 32 * MiB, f"clowder-web's peak memory grew by {grew >> 20} MiB"
         assert get("/api/sessions", cookie)[0].status == 200  # others still served
+    web.ctl("kill", sid, user="alice")
+
+
+# --- floods: clients that send and never read ---------------------------------------------
+
+class _Connections:
+    """``count`` TCP connections to clowder-web, each writing ``frames`` over and over and
+    never reading a byte (hostile.Flooder, for many sockets at once)."""
+
+    def __init__(self, count: int, frames: bytes = b""):
+        self.frames, self.socks, self.sent, self.closed_by_peer = frames, [], 0, 0
+        try:
+            for _ in range(count):
+                s = socket.socket()
+                # Before connect, so the window we offer stays small: what clowder-web
+                # writes stays in its own buffers, not ours.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+                s.connect(("127.0.0.1", PORT))
+                self.socks.append(s)
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, limit: int, stall: float = 3.0, seconds: float = 30.0) -> int:
+        """Write until no connection has been read for ``stall`` seconds, each has taken
+        ``limit`` bytes or clowder-web has closed it; the bytes clowder-web took."""
+        assert self.frames, "nothing to send"
+        sel = selectors.DefaultSelector()
+        pending = {}
+        for s in self.socks:
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_WRITE)
+            pending[s] = (memoryview(self.frames), 0)
+        deadline = time.monotonic() + seconds
+        try:
+            while pending and time.monotonic() < deadline:
+                ready = sel.select(stall)
+                if not ready:
+                    break  # nobody is read any more: the point of the test
+                for key, _ in ready:
+                    s = key.fileobj
+                    view, sent = pending[s]
+                    try:
+                        n = s.send(view)
+                    except BlockingIOError:
+                        continue
+                    except (BrokenPipeError, ConnectionResetError):
+                        self.closed_by_peer += 1
+                        n, sent = 0, limit
+                    self.sent += n
+                    sent += n
+                    if sent >= limit:
+                        sel.unregister(s)
+                        del pending[s]
+                    else:
+                        pending[s] = (view[n:] or memoryview(self.frames), sent)
+        finally:
+            sel.close()
+        return self.sent
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+PAGE = ("/", "/static/vendor/xterm.js", "/static/vendor/xterm.css", "/static/page.css",
+        "/static/page.js", "/api/sessions")
+
+
+def page_load(cookie: str) -> float:
+    """Seconds to load the page, its files and the list (from the host), as a browser."""
+    t0 = time.monotonic()
+    for path in PAGE:
+        r, body = get(path, cookie)
+        assert r.status == 200, f"GET {path} answered {r.status} during a flood"
+    return time.monotonic() - t0
+
+
+class _Meanwhile:
+    """While the block floods clowder-web: its and the host's peak memory, and alice's
+    page loaded over and over (and, once the flood is over and still held, a login)."""
+
+    def __init__(self, web):
+        self.web = web
+        self.cookie = login(url_for(web, "alice"))  # clowder-web started, and serving
+        self.webd = Memory(int(web.show("clowder-web.service", "MainPID")["MainPID"]))
+        self.host = Memory(web.main_pid())
+        self.loads: list[float] = []
+        self.failed: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._load)
+
+    def _load(self) -> None:
+        try:
+            while not self._stop.is_set() or len(self.loads) < 3:
+                self.loads.append(page_load(self.cookie))
+        except Exception as exc:  # raised again in the test's thread
+            self.failed.append(exc)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        try:
+            if self.failed:
+                raise self.failed[0]
+            if exc[0] is None:
+                self.loads.append(page_load(login(url_for(self.web, "alice"))))
+        finally:
+            self.webd_grew, self.host_grew = self.webd.stop(), self.host.stop()
+        self.slowest = max(self.loads)
+
+    def report(self, what: str) -> str:
+        return (f"{what}: clowder-web +{self.webd_grew / MiB:.1f} MiB, the host "
+                f"+{self.host_grew / MiB:.1f} MiB, {len(self.loads)} page loads meanwhile, "
+                f"the slowest {self.slowest * 1000:.0f} ms")
+
+
+def _request(path: str, cookie: str | None = None, extra: str = "") -> bytes:
+    head = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{PORT}\r\n"
+    if cookie:
+        head += f"Cookie: clowder_web={cookie}\r\n"
+    return (head + extra + "\r\n").encode()
+
+
+def _upgrade(path: str, cookie: str, origin: str = BASE) -> bytes:
+    key = base64.b64encode(os.urandom(16)).decode()
+    return _request(path, cookie, f"Origin: {origin}\r\nUpgrade: websocket\r\n"
+                                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                                  f"Sec-WebSocket-Version: 13\r\n")
+
+
+def journal_lines(cause: str) -> int:
+    """How many lines the journal holds with CLOWDER_CAUSE=``cause``."""
+    return len(subprocess.run(["journalctl", "--no-pager", "-o", "cat",
+                               f"CLOWDER_CAUSE={cause}"], capture_output=True,
+                              check=True).stdout.splitlines())
+
+
+# The largest request aiohttp parses: 100 header lines of 8,000 bytes (it refuses a line
+# past 8,190 bytes and more than 128 of them).
+BIG_HEADERS = "".join(f"X-Pad-{i}: {'x' * 8000}\r\n" for i in range(100))
+# What each connection sends over and over, given alice's cookie and a session of hers.
+HTTP_FLOODS = {
+    "login": lambda cookie, sid: _request("/login?token=" + "0" * 64),
+    "login-big": lambda cookie, sid: _request("/login?token=" + "0" * 64, extra=BIG_HEADERS),
+    "index": lambda cookie, sid: _request("/", cookie),
+    "index-401": lambda cookie, sid: _request("/"),
+    "static": lambda cookie, sid: _request("/static/vendor/xterm.js", cookie),
+    "static-401": lambda cookie, sid: _request("/static/vendor/xterm.js"),
+    # Upgrades one after another, each refused (one that is not makes what follows it
+    # its frames: bad ones, and it is closed; many open: test_many_terminals_...).
+    "ws-404": lambda cookie, sid: _upgrade("/ws/no-such-session", cookie),
+    "ws-403": lambda cookie, sid: _upgrade(f"/ws/{sid}", cookie, "http://evil.example"),
+}
+# clowder-web's peak RSS growth, one connection: aiohttp parses at most 32 pipelined
+# requests ahead of the one it answers, then stops reading.  Measured 0.6-2.9 MiB (the
+# largest requests: 22.8-26.3 MiB).
+ONE_CONNECTION = 8 * MiB
+ONE_CONNECTION_BIG = 40 * MiB
+# 128 connections (clowder-web has no cap on them, docs/design.md): measured +10 to +84
+# MiB, 0.1-0.7 MiB a connection, the most for refused upgrades (256: +25 to +132 MiB).
+MANY = 128
+MANY_CONNECTIONS = 160 * MiB
+# The host: these floods reach it only as lists (alice's /api/sessions, each upgrade to
+# an unknown session).  Measured +0.1 to +4.0 MiB.
+HOST_GROWTH = 16 * MiB
+# The slowest of alice's page loads (6 requests, each answered within get()'s 10 s)
+# during a flood of one connection: measured 0.1-0.6 s.  Of 128: 1.0-10 s (256: 1.2-20
+# s, the most for upgrades to unknown sessions, each a list from the host): one loop
+# serves them all in turn.
+ONE_CONNECTION_PAGE = 5.0
+MANY_CONNECTIONS_PAGE = 30.0
+
+
+@pytest.mark.parametrize("kind, count", [(k, 1) for k in sorted(HTTP_FLOODS)] + [
+    (k, MANY) for k in sorted(HTTP_FLOODS) if k != "login-big"])  # 256 of it: 6 GiB
+def test_http_flood_never_read(web, kind, count):
+    """Connections that send one kind of request over and over and never read: clowder-
+    web stops reading them, its memory stays within the bound, the host's too, and
+    alice's page loads meanwhile (and logs in once it is over); a refusal is logged
+    once, not once a request."""
+    sid = web.spawn("sleep", "100000", user="alice")
+    limit = 128 * MiB if count == 1 else 4 * MiB  # a connection's, if never stopped
+    logged, t0 = journal_lines("web-origin"), time.monotonic()
+    with _Meanwhile(web) as meanwhile:
+        with _Connections(count, HTTP_FLOODS[kind](meanwhile.cookie, sid)) as conns:
+            took = conns.run(limit)
+    logged, seconds = journal_lines("web-origin") - logged, time.monotonic() - t0
+    print(meanwhile.report(f"{kind} x{count}: took {took / MiB:.1f} MiB "
+                           f"({conns.closed_by_peer} closed), {logged} lines logged"))
+    assert took < count * limit, f"clowder-web read all of {took >> 20} MiB"
+    bound = MANY_CONNECTIONS if count > 1 else \
+        ONE_CONNECTION_BIG if kind == "login-big" else ONE_CONNECTION
+    assert meanwhile.webd_grew < bound, \
+        f"clowder-web's peak memory grew by {meanwhile.webd_grew / MiB:.1f} MiB"
+    assert meanwhile.host_grew < HOST_GROWTH, \
+        f"the host's peak memory grew by {meanwhile.host_grew / MiB:.1f} MiB"
+    page = MANY_CONNECTIONS_PAGE if count > 1 else ONE_CONNECTION_PAGE
+    assert meanwhile.slowest < page, f"a page load took {meanwhile.slowest:.1f} s"
+    assert logged <= 1 + seconds // LOG_INTERVAL, \
+        f"{logged} lines about forged Origins in {seconds:.0f} s"  # 14,700 a line each
     web.ctl("kill", sid, user="alice")
