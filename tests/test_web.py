@@ -423,6 +423,26 @@ class _Connections:
             self.close()
             raise
 
+    def upgrade(self, request: bytes) -> list[int]:
+        """Send each connection ``request`` and read its answer's head; the statuses (101:
+        a WebSocket).  The connections answered otherwise are closed and dropped."""
+        statuses, kept = [], []
+        for s in self.socks:
+            s.settimeout(10)
+            s.sendall(request)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = s.recv(1)
+                assert chunk, f"clowder-web closed instead of answering {request[:40]!r}"
+                head += chunk
+            statuses.append(int(head.split(b" ", 2)[1]))
+            if statuses[-1] == 101:
+                kept.append(s)
+            else:
+                s.close()
+        self.socks = kept
+        return statuses
+
     def run(self, limit: int, stall: float = 3.0, seconds: float = 30.0) -> int:
         """Write until no connection has been read for ``stall`` seconds, each has taken
         ``limit`` bytes or clowder-web has closed it; the bytes clowder-web took."""
@@ -611,4 +631,95 @@ def test_http_flood_never_read(web, kind, count):
     assert meanwhile.slowest < page, f"a page load took {meanwhile.slowest:.1f} s"
     assert logged <= 1 + seconds // LOG_INTERVAL, \
         f"{logged} lines about forged Origins in {seconds:.0f} s"  # 14,700 a line each
+    web.ctl("kill", sid, user="alice")
+
+
+def ws_text(msg: dict) -> bytes:
+    """A browser's WebSocket text message (masked, with a zero key: legal, and the
+    payload then goes as it is)."""
+    data = json.dumps(msg).encode()
+    n = len(data)
+    size = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big") \
+        if n < 1 << 16 else bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    return b"\x81" + size + b"\0\0\0\0" + data
+
+
+def _allow_typing(web, user: str) -> None:
+    path = "/run/systemd/system/clowder-web.service.d/test.conf"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(f"[Service]\nExecStart=\nExecStart={PYTHON} -m webd --system "
+                f"--input-for {user}\n")
+    web.systemctl("daemon-reload")
+    web.systemctl("restart", "clowder-web.service")
+
+
+# A program that reads nothing until SIGUSR1, then reads everything and says when it
+# has seen MARK: what a flood of input queued for it is then delivered, in order.
+LATE_READER = ("import os, signal, tty\n"
+               "tty.setraw(0)\n"
+               "signal.signal(signal.SIGUSR1, lambda *a: None)\n"
+               "os.write(1, b'ready\\r\\n')\n"
+               "signal.pause()\n"
+               "seen, tail = 0, b''\n"
+               "while True:\n"
+               "    data = os.read(0, 65536)\n"
+               "    if not data: break\n"
+               "    seen += len(data)\n"
+               "    if b'MARK' in tail + data:\n"
+               "        os.write(1, b'saw the mark after %d bytes\\r\\n' % seen)\n"
+               "    tail = data[-4:]\n")
+# What one open terminal sends over and over, never reading.  "input" is typed (the unit
+# lets alice type); read-only input is answered with a refusal each.  A typing view's
+# resize is the session's size (each a change the host saves), a read-only one's the
+# size of its own frames at the host.
+WS_FLOODS = {
+    "input": ws_text({"input": "x" * 60000}),
+    "input-read-only": ws_text({"input": "x"}),
+    "resize": ws_text({"resize": [100, 30]}) + ws_text({"resize": [80, 24]}),
+    "resize-read-only": ws_text({"resize": [100, 30]}) + ws_text({"resize": [80, 24]}),
+}
+# Peak RSS growth.  clowder-web: measured 0.8-2.1 MiB.  The host: 0.0-1.6 MiB, and 4.4-4.9
+# MiB for "input", which fills the session's input queue (4 MiB: the host then stops
+# reading clowder-web, and clowder-web its browser).
+WS_WEBD_GROWTH = 8 * MiB
+WS_HOST_GROWTH = 12 * MiB
+WS_LIMIT = 64 * MiB  # what a terminal sends at most (a read-only one reads on: refusals)
+
+
+@pytest.mark.parametrize("kind", sorted(WS_FLOODS))
+def test_terminal_message_flood_never_read(web, kind):
+    """One terminal sends input or resizes over and over and never reads: both daemons'
+    memory stays within the bound, alice's page loads meanwhile, typed input waits in
+    the session's bounded queue (clowder-web then stops reading the terminal), and the
+    session, once it reads, gets what was queued and then a mark sent beside it; a
+    read-only view's input reaches it not at all."""
+    if "read-only" not in kind:
+        _allow_typing(web, "alice")
+    sid = web.spawn("python3", "-c", LATE_READER, user="alice")
+    wait_for(lambda: "ready" in snapshot(web, sid), 10, "the session to start")
+    with _Meanwhile(web) as meanwhile:
+        with _Connections(1, WS_FLOODS[kind]) as conns:
+            assert conns.upgrade(_upgrade(f"/ws/{sid}", meanwhile.cookie)) == [101]
+            took = conns.run(WS_LIMIT, stall=5.0)
+            web.ctl("kill", "--signal", "USR1", sid, user="alice")
+            web.ctl("send", sid, "MARK", user="alice")
+            wait_for(lambda: "saw the mark" in snapshot(web, sid), 30,
+                     "the session to read what was queued, then the mark")
+    saw = int(snapshot(web, sid).split("saw the mark after ")[1].split()[0])
+    print(meanwhile.report(f"{kind}: took {took / MiB:.1f} MiB; the session saw the mark "
+                           f"after {saw} bytes"))
+    assert took > MiB, f"the flood stalled at once ({took} bytes): nothing was tested"
+    assert meanwhile.webd_grew < WS_WEBD_GROWTH, \
+        f"clowder-web's peak memory grew by {meanwhile.webd_grew / MiB:.1f} MiB"
+    assert meanwhile.host_grew < WS_HOST_GROWTH, \
+        f"the host's peak memory grew by {meanwhile.host_grew / MiB:.1f} MiB"
+    assert meanwhile.slowest < ONE_CONNECTION_PAGE, \
+        f"a page load took {meanwhile.slowest:.1f} s"
+    if kind == "input":
+        # Measured 6.4-13.4 MiB taken (the queue, both daemons' buffers, the sockets').
+        assert took < WS_LIMIT, "clowder-web never stopped reading typed input"
+        assert saw > 4 * MiB, "the input queued at the host did not reach the session"
+    elif kind.startswith("input"):
+        assert saw == len("MARK"), "a read-only view's input reached the session"
     web.ctl("kill", sid, user="alice")
