@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import fcntl
 import http.client
 import json
 import os
 import selectors
 import socket
+import struct
 import subprocess
+import termios
 import threading
 import time
 import urllib.parse
@@ -26,7 +29,7 @@ import pytest
 from conftest import PYTHON, ensure_user, wait_for
 from hostile import MiB, Flooder, Memory
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
-from webd.app import LOG_INTERVAL
+from webd.app import LOG_INTERVAL, MAX_TERMINALS
 
 PORT = 7380
 BASE = f"http://127.0.0.1:{PORT}"
@@ -443,6 +446,15 @@ class _Connections:
         self.socks = kept
         return statuses
 
+    def wait_written(self, at_least: int, timeout: float = 10.0) -> None:
+        """Until clowder-web has written each connection ``at_least`` bytes we have not
+        read (they wait in our receive buffer)."""
+        def unread(s):
+            return struct.unpack("i", fcntl.ioctl(s, termios.FIONREAD, b"\0" * 4))[0]
+        wait_for(lambda: all(unread(s) >= at_least for s in self.socks), timeout,
+                 f"clowder-web to write {at_least} bytes to each of {len(self.socks)} "
+                 f"connections")
+
     def run(self, limit: int, stall: float = 3.0, seconds: float = 30.0) -> int:
         """Write until no connection has been read for ``stall`` seconds, each has taken
         ``limit`` bytes or clowder-web has closed it; the bytes clowder-web took."""
@@ -723,3 +735,36 @@ def test_terminal_message_flood_never_read(web, kind):
     elif kind.startswith("input"):
         assert saw == len("MARK"), "a read-only view's input reached the session"
     web.ctl("kill", sid, user="alice")
+
+
+def test_many_terminals_of_one_user_never_read(web):
+    """alice opens 64 terminals on a session printing without pause and reads none:
+    MAX_TERMINALS (16) open, the rest are 429s, both daemons' memory stays within the
+    bound; bob still opens his own, and alice hers once she has closed them."""
+    sid = web.spawn("sh", "-c", "yes 'flood flood flood flood flood flood flood'",
+                    user="alice")
+    bobs = web.spawn("sleep", "100000", user="bob")
+    bob = login(url_for(web, "bob"))
+    with _Meanwhile(web) as meanwhile:
+        with _Connections(64) as conns:
+            statuses = conns.upgrade(_upgrade(f"/ws/{sid}", meanwhile.cookie))
+            conns.wait_written(1000)  # what the host sent has come through, to us
+            loads = len(meanwhile.loads)
+            wait_for(lambda: len(meanwhile.loads) >= loads + 10, 60,
+                     "alice's page to load 10 times beside the terminals")
+            bobs_status = ws_status(bobs, bob, BASE)
+            one_more = ws_status(sid, meanwhile.cookie, BASE)
+    print(meanwhile.report(f"64 terminals: {statuses.count(101)} opened"))
+    # Measured: 16 terminals +7.8-13.5 MiB here, +16.8-20.3 MiB at the host (64 before
+    # the cap: +30.3-32.5 and +67.1-73.8; 256: +123 and +275).
+    assert meanwhile.webd_grew < 24 * MiB, \
+        f"clowder-web's peak memory grew by {meanwhile.webd_grew / MiB:.1f} MiB"
+    assert meanwhile.host_grew < 32 * MiB, \
+        f"the host's peak memory grew by {meanwhile.host_grew / MiB:.1f} MiB"
+    assert statuses.count(101) == MAX_TERMINALS == 16, statuses
+    assert statuses.count(429) == 64 - MAX_TERMINALS, statuses
+    assert one_more == 429 and bobs_status == 101, (one_more, bobs_status)
+    wait_for(lambda: ws_status(sid, meanwhile.cookie, BASE) == 101, 10,
+             "alice to open a terminal again once hers are closed")
+    web.ctl("kill", sid, user="alice")
+    web.ctl("kill", bobs, user="bob")
