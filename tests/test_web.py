@@ -601,7 +601,7 @@ HTTP_FLOODS = {
 # largest requests: 22.8-26.3 MiB).
 ONE_CONNECTION = 8 * MiB
 ONE_CONNECTION_BIG = 40 * MiB
-# 128 connections (clowder-web has no cap on them, docs/design.md): measured +10 to +84
+# 128 connections (clowder-web has no cap on them, docs/design.md): measured +9 to +84
 # MiB, 0.1-0.7 MiB a connection, the most for refused upgrades (256: +25 to +132 MiB).
 MANY = 128
 MANY_CONNECTIONS = 160 * MiB
@@ -609,9 +609,9 @@ MANY_CONNECTIONS = 160 * MiB
 # an unknown session).  Measured +0.1 to +4.0 MiB.
 HOST_GROWTH = 16 * MiB
 # The slowest of alice's page loads (6 requests, each answered within get()'s 10 s)
-# during a flood of one connection: measured 0.1-0.6 s.  Of 128: 1.0-10 s (256: 1.2-20
-# s, the most for upgrades to unknown sessions, each a list from the host): one loop
-# serves them all in turn.
+# during a flood of one connection: measured 0.1-0.6 s.  Of 128: 0.7-12 s (256: 1.2-20
+# s), the most with a cookie (each request reads /proc/net/tcp: webd/peer.py) and for
+# upgrades to unknown sessions (each a list from the host): one loop serves them all.
 ONE_CONNECTION_PAGE = 5.0
 MANY_CONNECTIONS_PAGE = 30.0
 
@@ -691,7 +691,7 @@ WS_FLOODS = {
     "resize": ws_text({"resize": [100, 30]}) + ws_text({"resize": [80, 24]}),
     "resize-read-only": ws_text({"resize": [100, 30]}) + ws_text({"resize": [80, 24]}),
 }
-# Peak RSS growth.  clowder-web: measured 0.8-2.1 MiB.  The host: 0.0-1.6 MiB, and 4.4-4.9
+# Peak RSS growth.  clowder-web: measured 0.8-2.1 MiB.  The host: 0.0-1.6 MiB, and 4.4-5.1
 # MiB for "input", which fills the session's input queue (4 MiB: the host then stops
 # reading clowder-web, and clowder-web its browser).
 WS_WEBD_GROWTH = 8 * MiB
