@@ -275,13 +275,7 @@ def test_read_only_sends_nothing(web, browser):
 
 def test_typing_when_the_unit_allows_that_user(web, browser):
     """The counterpart of read-only: the same forced message does arrive."""
-    path = "/run/systemd/system/clowder-web.service.d/test.conf"
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(f"[Service]\nExecStart=\nExecStart={PYTHON} -m webd --system "
-                f"--input-for alice\n")
-    web.systemctl("daemon-reload")
-    web.systemctl("restart", "clowder-web.service")
+    _allow_typing(web, "alice")
     sid = spawn_show_input(web, "alice")
     open_page(browser, web, "alice", sid)
     wait_for(lambda: browser.eval("clowder.input") is True, PAGE_BOUND, "input enabled")
@@ -657,6 +651,7 @@ def ws_text(msg: dict) -> bytes:
 
 
 def _allow_typing(web, user: str) -> None:
+    """clowder-web restarted with typing allowed for ``user`` (a drop-in, as an admin)."""
     path = "/run/systemd/system/clowder-web.service.d/test.conf"
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
