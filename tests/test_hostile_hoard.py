@@ -123,7 +123,7 @@ def _flood(pid: int, path: str, frames: bytes, probe, connect=None, answers=Fals
             t0 = time.monotonic()
             probe()
             times.append(time.monotonic() - t0)
-            time.sleep(0.02)  # a person's pace, not a second flood
+            t.join(0.02)  # a person's pace, not a second flood; on at once when it ends
         t.join()
         mem.max_rss = max(mem.max_rss, mem.read()["VmRSS"])
         return mem.max_rss * 1024, (mem.max_rss - start) * 1024, took[0], times, \

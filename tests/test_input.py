@@ -189,7 +189,7 @@ def typed_across(host, workdir, events) -> None:
                 os.write(client.master, line)
                 typed.append(line)
                 n += 1
-                time.sleep(0.002)  # a fast typist (or a slow paste): the pacing is the input
+                stop.wait(0.002)  # a fast typist (or a slow paste): the pacing is the input
 
         def show():
             while not stop.is_set() and not client.eof:
