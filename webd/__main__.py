@@ -75,7 +75,8 @@ async def serve(args) -> None:
     # Here, not at the top: the man page's build imports parser() without aiohttp.
     from aiohttp import web
 
-    from .app import Settings, make_app
+    from .app import Settings, make_app, refused_connection
+    from .gate import Gates
     from .mint import Mint
     from .tokens import Tokens
     http, mint = _sockets()
@@ -87,12 +88,17 @@ async def serve(args) -> None:
                         access.input_uids(args.proxy_user, "--proxy-user"),
                         args.control_socket)
     tokens = Tokens()
-    runner = web.AppRunner(make_app(settings, tokens), access_log=None,
-                           handle_signals=False)
+    gates = Gates(frozenset({0}) | settings.proxies, refused_connection)
+    # 75 s: aiohttp 3.8's keep-alive (3.14's is an hour); 32 header lines of at most
+    # 8,190 bytes (3.14 takes 128, 3.8 32,768): a head of at most 256 KiB.
+    runner = web.AppRunner(make_app(settings, tokens, gates), access_log=None,
+                           handle_signals=False, keepalive_timeout=75.0, max_headers=32)
     await runner.setup()
-    for sock in http:
-        await web.SockSite(runner, sock).start()
     loop = asyncio.get_running_loop()
+    # Not aiohttp's SockSite: each connection's protocol is a Gate in front of
+    # aiohttp's (gate.py).
+    servers = [await loop.create_server(lambda: gates.protocol(runner.server()), sock=sock)
+               for sock in http]
     base = (args.url or _base_url(http)).rstrip("/")
     for sock in mint:
         await loop.create_unix_server(lambda: Mint(tokens, base), sock=sock)
@@ -104,6 +110,8 @@ async def serve(args) -> None:
     sdnotify.notify("READY=1")
     await stop.wait()
     sdnotify.notify("STOPPING=1")
+    for server in servers:
+        server.close()
     await runner.cleanup()
 
 

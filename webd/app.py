@@ -21,6 +21,7 @@ from aiohttp import WSMsgType, web
 import clowder_wire as protocol
 
 from . import access, hostlink, peer
+from .gate import Gates
 from .tokens import COOKIE_TTL, Tokens
 
 log = logging.getLogger("clowder-web")
@@ -47,10 +48,12 @@ class Settings:
         self.proxies = proxies  # uids that may carry others' cookies (a reverse proxy's)
 
 
-def make_app(settings: Settings, tokens: Tokens) -> web.Application:
-    app = web.Application(middlewares=[_auth(tokens, settings)])
+def make_app(settings: Settings, tokens: Tokens, gates: Gates) -> web.Application:
+    app = web.Application(middlewares=[_begun(gates), _auth(tokens, settings)])
     app["settings"] = settings
     app["tokens"] = tokens
+    app["gates"] = gates
+    app.on_response_prepare.append(_upgraded)
     app["terminals"] = collections.Counter()  # uid -> terminals open (MAX_TERMINALS)
     app.router.add_get("/login", login)
     app.router.add_get("/", index)
@@ -58,6 +61,20 @@ def make_app(settings: Settings, tokens: Tokens) -> web.Application:
     app.router.add_get("/ws/{sid}", terminal)
     app.router.add_static("/static/", STATIC, follow_symlinks=False)
     return app
+
+
+def _begun(gates: Gates):
+    """Tell the connection's Gate that a request it passed on is being handled."""
+    @web.middleware
+    async def begun(request: web.Request, handler):
+        gates.started(request.transport)
+        return await handler(request)
+    return begun
+
+
+async def _upgraded(request: web.Request, response: web.StreamResponse) -> None:
+    if response.status == 101:  # a WebSocket: its frames follow, no more heads
+        request.app["gates"].upgraded(request.transport)
 
 
 def _auth(tokens: Tokens, settings: Settings):
@@ -109,9 +126,18 @@ class _Refusals:
 refusals = _Refusals()
 
 
+def refused_connection(who, held: int) -> None:
+    """A Gate turned a connection away (gate.MAX_PER_UID); ``who``: a uid or an address."""
+    name = who if isinstance(who, str) else f"uid {who}"
+    refusals.warning("web-connections", (who,),
+                     f"a connection of {name} refused: it holds {held}, the most one may")
+
+
 def _check_peer(request: web.Request, uid: int, settings: Settings) -> None:
-    """A login is honoured only from its own uid where the kernel can tell (peer.py)."""
-    who = peer.uid_of(request.transport)
+    """A login is honoured only from its own uid where the kernel can tell (peer.py; read
+    once a connection, by its Gate)."""
+    gate = request.app["gates"].of(request.transport)
+    who = gate.uid if gate is not None else peer.uid_of(request.transport)
     if who is not None and who not in (0, uid) and who not in settings.proxies:
         refusals.warning("web-peer", (uid, who),
                          f"uid {uid}'s login presented by uid {who}: refused")
