@@ -149,6 +149,11 @@ CapabilityBoundingSet=
 NoNewPrivileges=yes
 Restart=on-failure
 LimitNOFILE=4096
+# A backstop behind webd/gate.py's bounds (each measured in tests/test_web*.py at a few
+# MiB a connection): if they are ever passed, the kernel ends clowder-web and systemd
+# starts it again.  No session is lost with it (they are the PTY host's); open pages
+# reconnect.
+MemoryMax=512M
 
 [Install]
 WantedBy=multi-user.target
