@@ -126,24 +126,45 @@ class Flooder:
 
 _CONNECT = """
 import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-socket.send_fds(socket.socket(fileno=int(sys.argv[2])), [b"c"], [s.fileno()])
+target, to, count = sys.argv[1], socket.socket(fileno=int(sys.argv[2])), int(sys.argv[3])
+socks = []
+for _ in range(count):
+    if target.startswith("/"):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(target)
+    else:
+        host, port = target.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)))
+    socks.append(s)
+for i in range(0, count, 200):
+    socket.send_fds(to, [b"c"], [s.fileno() for s in socks[i:i + 200]])
 """
 
 
 def connect_as(user: str, path: str) -> socket.socket:
     """A connection to ``path`` that a process of ``user`` made (the daemon reads its uid
     from the kernel at connect, SO_PEERCRED) and handed to us, unused."""
+    return connections_as(user, path, 1)[0]
+
+
+def connections_as(user: str, address, count: int) -> list[socket.socket]:
+    """``count`` connections to ``address`` (a unix socket's path, or a TCP (host,
+    port)) that a process of ``user`` made and handed to us, unused: the daemon sees
+    ``user``'s uid (SO_PEERCRED; on loopback TCP, the owner in /proc/net/tcp)."""
     ours, theirs = socket.socketpair()
+    target = address if isinstance(address, str) else f"{address[0]}:{address[1]}"
     try:
-        subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", _CONNECT, path,
-                        str(theirs.fileno())], pass_fds=[theirs.fileno()], check=True,
-                       timeout=30)
+        subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", _CONNECT, target,
+                        str(theirs.fileno()), str(count)], pass_fds=[theirs.fileno()],
+                       check=True, timeout=30)
         ours.settimeout(5)
-        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
-        assert fds, f"{user}'s process handed no connection to {path}"
-        return socket.socket(fileno=fds[0])
+        fds = []
+        while len(fds) < count:
+            _, got, _, _ = socket.recv_fds(ours, 1, 200)
+            assert got, f"{user}'s process handed {len(fds)} of {count} connections " \
+                        f"to {target}"
+            fds += got
+        return [socket.socket(fileno=fd) for fd in fds]
     finally:
         ours.close()
         theirs.close()
