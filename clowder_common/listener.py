@@ -5,13 +5,15 @@ resource" with a traceback through the loop's exception handler, stops accepting
 second and tries again: a traceback a second in the journal for as long as the host is
 short, and clients left waiting in the backlog with no answer.  Here one fd is kept in
 reserve instead: at EMFILE it is given up for a moment to accept the waiting client,
-tell it why in a fatal Error frame, and close it; the journal gets one line per episode.
+tell it why in a fatal Error frame, and close it; the journal gets one line per episode
+(episodes logged at most one every ratelog.INTERVAL, the next line counting those skipped).
 
 Both daemons use it.  It also caps the
 connections one uid may hold open (``per_uid``): each costs an fd and a little memory,
 and without a cap one member could take every fd and lock root out.  Root and the
 daemon's own uid are exempt.  A connection past the cap is told why in a fatal Error
-frame; the journal gets one line per uid per burst (at most one every LOG_INTERVAL).
+frame; the journal gets one line per uid every ratelog.INTERVAL at most, saying how many
+were refused since the last (clowder_common/ratelog.py).
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from typing import Callable, Optional
 import clowder_wire as protocol
 
 from . import fdlimit
+from .ratelog import RateLimitedLog
 
 log = logging.getLogger("ptyhostd")
 
 BATCH = 100  # connections accepted per wake-up, as asyncio does
 RETRY = 1.0  # seconds before accepting again when even the reserve fd is gone
-LOG_INTERVAL = 10.0  # seconds between two "refusing clients" lines
 PER_UID = 256  # open connections a uid other than root and the daemon's own may hold
 REFUSAL_GRACE = 5.0  # seconds a refused client has to read its Error before we close
 _CREDS = struct.Struct("3i")
@@ -79,10 +81,10 @@ class Listener:
         # The accepted sockets of each capped uid: asyncio closes a transport's socket
         # object when the connection ends (fileno() -1), so counting needs no hook.
         self._open: dict[int, list[socket.socket]] = {}
-        self._capped: dict[int, tuple[float, int]] = {}  # uid -> (logged at, refused since)
         self._reserve: Optional[int] = None
         self._short = False  # refusing clients for lack of fds
-        self._warned = -LOG_INTERVAL  # when an episode was last logged
+        # "refusing" lines: per capped uid, and of out-of-fds episodes.
+        self._refusals = RateLimitedLog(logger)
         self._logged = False  # whether this episode was (so its end is logged too)
         self._tasks: set[asyncio.Task] = set()
         sock.setblocking(False)
@@ -141,16 +143,9 @@ class Listener:
         if len(held) < self._per_uid:
             held.append(conn)
             return None
-        now = self._loop.time()
-        logged, refused = self._capped.get(uid, (-LOG_INTERVAL, 0))
-        if now - logged >= LOG_INTERVAL:
-            more = f" ({refused} more refused since the last line)" if refused else ""
-            self._log.warning("refusing connections of uid %d: it holds %d, the most a uid "
-                              "may%s", uid, self._per_uid, more,
-                              extra={"CLOWDER_CAUSE": "connection-limit"})
-            self._capped[uid] = (now, 0)
-        else:
-            self._capped[uid] = (logged, refused + 1)
+        self._refusals.warning(("connection-limit", uid), "refusing connections of uid %d: "
+                               "it holds %d, the most a uid may", uid, self._per_uid,
+                               extra={"CLOWDER_CAUSE": "connection-limit"})
         return uid
 
     def _refusal(self, uid: int) -> asyncio.Protocol:
@@ -169,13 +164,11 @@ class Listener:
         """Accept one waiting client on the reserve fd and tell it why it cannot be
         served; False if that was not possible either (no reserve, nobody waiting)."""
         text = fdlimit.out_of_fds("a new connection", self._daemon, self._unit)
-        now = self._loop.time()
-        # Once per episode, and episodes at most every LOG_INTERVAL: a client that
-        # connects and leaves in a loop at the edge must not flood the journal either.
-        if not self._short and now - self._warned >= LOG_INTERVAL:
-            self._warned, self._logged = now, True
-            self._log.warning("refusing clients: %s", text,
-                              extra={"CLOWDER_CAUSE": "out-of-fds"})
+        # Once per episode, and episodes at most one an interval: a client that connects
+        # and leaves in a loop at the edge must not flood the journal either.
+        if not self._short:
+            self._logged = self._refusals.warning("out-of-fds", "refusing clients: %s", text,
+                                                  extra={"CLOWDER_CAUSE": "out-of-fds"})
         self._short = True
         if self._reserve is None:
             self._take_reserve()
