@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import clowder_wire as protocol
 from clowder_common import events, fdlimit, sdnotify
+from clowder_common.ratelog import RateLimitedLog
 
 from . import bridge, fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv, statedir
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
@@ -235,7 +236,7 @@ class Host(Adoption):
                 text = (f"uid {uid} already has {mine} running sessions, the most one user "
                         f"may have (--max-sessions-per-user / CLOWDER_MAX_SESSIONS_PER_USER="
                         f"{limit} on clowder-ptyhost.service); end one first")
-                _log_refusal("user-limit", text, key=f"user-limit-{uid}")
+                _log_refusal("user-limit", text, uid)
                 raise RequestError(text, "limit")
         if sdnotify.under_systemd():
             ours = fdstore.store_slots(len(self.sessions), sum(
@@ -721,17 +722,14 @@ class Host(Adoption):
 
 
 # A client that retries a refused spawn in a loop must not flood the journal.
-REFUSAL_LOG_INTERVAL = 10.0
-_refusals_logged: dict[str, float] = {}
+_refusals = RateLimitedLog(log)
 
 
-def _log_refusal(cause: str, text: str, key: str = "") -> None:
-    """Log why spawns are refused, at most once per interval for each cause (``key``)."""
-    now, key = time.monotonic(), key or cause
-    if now - _refusals_logged.get(key, -REFUSAL_LOG_INTERVAL) >= REFUSAL_LOG_INTERVAL:
-        _refusals_logged[key] = now
-        log.warning("spawn refused: %s", text,
-                    extra={"CLOWDER_CAUSE": cause, **events.fields("spawn-refused")})
+def _log_refusal(cause: str, text: str, uid: Optional[int] = None) -> None:
+    """Log why spawns are refused, at most once per interval for each cause (and uid,
+    if the refusal is that uid's alone), with how many were not logged since."""
+    _refusals.warning((cause, uid), "spawn refused: %s", text,
+                      extra={"CLOWDER_CAUSE": cause, **events.fields("spawn-refused")})
 
 
 def _check_argv(argv) -> list[str]:
