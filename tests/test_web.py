@@ -29,7 +29,8 @@ import pytest
 from conftest import PYTHON, ensure_user, wait_for
 from hostile import MiB, Flooder, Memory
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
-from webd.app import LOG_INTERVAL, MAX_TERMINALS
+from clowder_common.ratelog import INTERVAL as LOG_INTERVAL
+from webd.app import MAX_TERMINALS
 
 PORT = 7380
 BASE = f"http://127.0.0.1:{PORT}"

@@ -14,11 +14,11 @@ import collections
 import json
 import logging
 import os
-import time
 
 from aiohttp import WSMsgType, web
 
 import clowder_wire as protocol
+from clowder_common.ratelog import RateLimitedLog
 
 from . import access, hostlink, peer
 from .gate import Gates
@@ -101,29 +101,10 @@ def _auth(tokens: Tokens, settings: Settings):
     return check
 
 
-LOG_INTERVAL = 10.0  # seconds between two lines about one kind of refusal of one uid
-
-
-class _Refusals:
-    """Journal lines about refused requests: one per cause and uid every LOG_INTERVAL,
-    saying how many were not logged since (a client that asks in a loop made one a
-    request: 14,700 lines for one connection's forged Origins, never read)."""
-
-    def __init__(self):
-        self._last: dict[tuple, tuple[float, int]] = {}  # (cause, uids) -> (at, since)
-
-    def warning(self, cause: str, uids: tuple, message: str) -> None:
-        now = time.monotonic()
-        at, since = self._last.get((cause, uids), (-LOG_INTERVAL, 0))
-        if now - at < LOG_INTERVAL:
-            self._last[(cause, uids)] = (at, since + 1)
-            return
-        more = f" ({since} more since the last line)" if since else ""
-        log.warning("%s%s", message, more, extra={"CLOWDER_CAUSE": cause})
-        self._last[(cause, uids)] = (now, 0)
-
-
-refusals = _Refusals()
+# Journal lines about refused requests: one per cause and uid every ratelog.INTERVAL,
+# saying how many were not logged since (a client that asks in a loop made one a
+# request: 14,700 lines for one connection's forged Origins, never read).
+refusals = RateLimitedLog(log)
 
 
 def refused_connection(who, held: int) -> None:
@@ -139,8 +120,8 @@ def _check_peer(request: web.Request, uid: int, settings: Settings) -> None:
     gate = request.app["gates"].of(request.transport)
     who = gate.uid if gate is not None else peer.uid_of(request.transport)
     if who is not None and who not in (0, uid) and who not in settings.proxies:
-        refusals.warning("web-peer", (uid, who),
-                         f"uid {uid}'s login presented by uid {who}: refused")
+        refusals.warning(("web-peer", uid, who), "uid %d's login presented by uid %d: "
+                         "refused", uid, who, extra={"CLOWDER_CAUSE": "web-peer"})
         raise web.HTTPUnauthorized(text="401: this login belongs to another user. Run "
                                         "`clowderctl web` as yourself.\n")
 
@@ -198,8 +179,9 @@ async def terminal(request: web.Request) -> web.WebSocketResponse:
     settings: Settings = request.app["settings"]
     uid = request["uid"]
     if not origin_ok(request, settings.origins):
-        refusals.warning("web-origin", (uid,), f"WebSocket from origin "
-                         f"{request.headers.get('Origin')!r:.100} refused (uid {uid})")
+        refusals.warning(("web-origin", uid), "WebSocket from origin %.100r refused "
+                         "(uid %d)", request.headers.get("Origin"), uid,
+                         extra={"CLOWDER_CAUSE": "web-origin"})
         raise web.HTTPForbidden(text="403: this WebSocket's Origin is not this page's\n")
     held = request.app["terminals"]
     if held[uid] >= MAX_TERMINALS:
