@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import fcntl
 import http.client
 import json
 import os
+import pwd
+import re
 import selectors
 import socket
 import struct
@@ -347,21 +350,55 @@ def _rss_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
+def minted_lines(uid: int, since: str) -> list[str]:
+    """The journal's "login token minted" lines for ``uid`` since ``since``, oldest first."""
+    out = subprocess.run(["journalctl", "--no-pager", "-o", "cat", "--since", since,
+                          "CLOWDER_CAUSE=web-token"],
+                         capture_output=True, check=True).stdout.decode(errors="replace")
+    return [line for line in out.splitlines() if f" for uid {uid} " in line]
+
+
+def _minted(line: str) -> int:
+    """How many tokens a minted line stands for: its own and those it says were skipped."""
+    more = re.search(r"\((\d+) more since the last line\)$", line)
+    return 1 + (int(more.group(1)) if more else 0)
+
+
 def test_minting_in_a_loop_stays_bounded(web):
     """bob asks for 2,000 tokens and never reads one: clowder-web keeps at most 8 of
-    his, its memory grows by less than 16 MiB, and alice still logs in."""
+    his, its memory grows by less than 16 MiB, and alice still logs in.  The journal
+    gets a line for his tokens once every LOG_INTERVAL at most (a line each before), the
+    next one saying how many it stands for."""
     url_for(web, "alice")  # started
     pid = int(web.show("clowder-web.service", "MainPID")["MainPID"])
-    before = _rss_kib(pid)
-    script = ("import socket\nsocks = []\n"
+    bob = pwd.getpwnam("bob").pw_uid
+    before, t0 = _rss_kib(pid), time.monotonic()
+    since = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
+    script = ("import os, socket\nsocks = []\n"
               "for i in range(2000):\n"
               "    s = socket.socket(socket.AF_UNIX); s.connect('/run/clowder/web-token.sock')\n"
               "    socks.append(s)\n"
-              "    if len(socks) > 200: socks.pop(0).close()\n")
-    web.run([PYTHON, "-c", script], user="bob")
+              "    if len(socks) > 200: socks.pop(0).close()\n"
+              "print(os.getpid())\n")
+    looper = int(web.run([PYTHON, "-c", script], user="bob").stdout)
     assert _rss_kib(pid) - before < 16 * 1024, (before, _rss_kib(pid))
     cookie = login(url_for(web, "alice"))
     assert get("/api/sessions", cookie)[0].status == 200
+
+    # bob asks for one more now and then until one of those is logged: it was accepted
+    # after all of the loop's connections, so every token of the loop is in a line or
+    # counted in one by then.
+    def counted():
+        url_for(web, "bob")
+        lines = minted_lines(bob, since)
+        return lines if lines and f"(pid {looper})" not in lines[-1] else None
+    lines = wait_for(counted, LOG_INTERVAL + 20, "a line for a token minted after the loop",
+                     interval=0.5)
+    seconds = time.monotonic() - t0
+    assert len(lines) <= 1 + seconds // LOG_INTERVAL, \
+        f"{len(lines)} minted lines in {seconds:.0f} s: {lines[:5]}"
+    assert "more since the last line" in lines[-1], lines
+    assert sum(map(_minted, lines)) >= 2000, lines
 
 
 class _HttpFlooder(Flooder):

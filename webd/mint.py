@@ -5,7 +5,9 @@ The uid comes from the kernel (``SO_PEERCRED``), never from what the client says
 client sends nothing at all.  The answer is one JSON line, then the connection is
 closed: {"url": ..., "token": ..., "expires_in": seconds}.  A client that never reads
 costs one line in its socket buffer; one that asks in a loop holds at most
-tokens.PER_UID tokens (tests/test_web.py::test_minting_in_a_loop_stays_bounded).
+tokens.PER_UID tokens, and the journal gets a line per uid every ratelog.INTERVAL at
+most, saying how many were minted since the last
+(tests/test_web.py::test_minting_in_a_loop_stays_bounded).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import logging
 import socket
 import struct
 
+from clowder_common.ratelog import RateLimitedLog
+
 from . import tokens as tokens_mod
 
 log = logging.getLogger("clowder-web")
+minted = RateLimitedLog(log)  # "login token minted" lines: one per uid an interval
 _CREDS = struct.Struct("3i")
 
 
@@ -31,8 +36,8 @@ class Mint(asyncio.Protocol):
         pid, uid, _gid = _CREDS.unpack(
             sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
         token = self.tokens.mint(uid)
-        log.info("login token minted for uid %d (pid %d)", uid, pid,
-                 extra={"CLOWDER_CAUSE": "web-token"})
+        minted.info(uid, "login token minted for uid %d (pid %d)", uid, pid,
+                    extra={"CLOWDER_CAUSE": "web-token"})
         line = {"url": f"{self.base_url}/login?token={token}", "token": token,
                 "expires_in": tokens_mod.TOKEN_TTL}
         transport.write(json.dumps(line).encode() + b"\n")
