@@ -110,8 +110,9 @@ refusals = RateLimitedLog(log)
 def refused_connection(who, held: int) -> None:
     """A Gate turned a connection away (gate.MAX_PER_UID); ``who``: a uid or an address."""
     name = who if isinstance(who, str) else f"uid {who}"
-    refusals.warning("web-connections", (who,),
-                     f"a connection of {name} refused: it holds {held}, the most one may")
+    refusals.warning(("web-connections", who), "a connection of %s refused: it holds %d, "
+                     "the most one may", name, held,
+                     extra={"CLOWDER_CAUSE": "web-connections"})
 
 
 def _check_peer(request: web.Request, uid: int, settings: Settings) -> None:
