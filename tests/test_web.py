@@ -628,22 +628,23 @@ HTTP_FLOODS = {
     "ws-404": lambda cookie, sid: _upgrade("/ws/no-such-session", cookie),
     "ws-403": lambda cookie, sid: _upgrade(f"/ws/{sid}", cookie, "http://evil.example"),
 }
-# clowder-web's peak RSS growth, one connection: aiohttp parses at most 32 pipelined
-# requests ahead of the one it answers, then stops reading.  Measured 0.6-2.9 MiB (the
-# largest requests: 22.8-26.3 MiB).
+# clowder-web's peak RSS growth, one connection: its Gate passes at most 4 pipelined
+# requests ahead of the one handled (webd/gate.py; aiohttp 3.14 stops at 32 itself, 3.8
+# never: test_web_gate.py lifts it), then stops reading.  Measured 0.8-2.2 MiB (the
+# largest requests: 9.6-10.8 MiB; 22.8-26.3 with aiohttp's 32 and 100 header lines).
 ONE_CONNECTION = 8 * MiB
-ONE_CONNECTION_BIG = 40 * MiB
-# 128 connections (clowder-web has no cap on them, docs/design.md): measured +9 to +84
-# MiB, 0.1-0.7 MiB a connection, the most for refused upgrades (256: +25 to +132 MiB).
+ONE_CONNECTION_BIG = 24 * MiB
+# 128 connections of root's (not counted by the Gate's cap of a uid): measured +11 to
+# +42 MiB, 0.1-0.3 MiB a connection (+9 to +84 when each request read /proc/net/tcp).
 MANY = 128
 MANY_CONNECTIONS = 160 * MiB
 # The host: these floods reach it only as lists (alice's /api/sessions, each upgrade to
 # an unknown session).  Measured +0.1 to +4.0 MiB.
 HOST_GROWTH = 16 * MiB
 # The slowest of alice's page loads (6 requests, each answered within get()'s 10 s)
-# during a flood of one connection: measured 0.1-0.6 s.  Of 128: 0.7-12 s (256: 1.2-20
-# s), the most with a cookie (each request reads /proc/net/tcp: webd/peer.py) and for
-# upgrades to unknown sessions (each a list from the host): one loop serves them all.
+# during a flood of one connection: measured 0.1-0.3 s.  Of 128: 0.7-2.3 s (0.7-12 s
+# when each request read /proc/net/tcp; the Gate reads it once a connection), the most
+# for refused upgrades: one loop serves them all in turn.
 ONE_CONNECTION_PAGE = 5.0
 MANY_CONNECTIONS_PAGE = 30.0
 
