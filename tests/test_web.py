@@ -630,7 +630,7 @@ HTTP_FLOODS = {
 }
 # clowder-web's peak RSS growth, one connection: its Gate passes at most 4 pipelined
 # requests ahead of the one handled (webd/gate.py; aiohttp 3.14 stops at 32 itself, 3.8
-# never: test_web_gate.py lifts it), then stops reading.  Measured 0.8-2.2 MiB (the
+# never: test_web_gate.py runs it), then stops reading.  Measured 0.8-2.2 MiB (the
 # largest requests: 9.6-10.8 MiB; 22.8-26.3 with aiohttp's 32 and 100 header lines).
 ONE_CONNECTION = 8 * MiB
 ONE_CONNECTION_BIG = 24 * MiB
