@@ -29,7 +29,7 @@ import urllib.parse
 import aiohttp
 import pytest
 
-from conftest import PYTHON, ensure_user, wait_for
+from conftest import PYTHON, ROOT, ensure_user, wait_for
 from hostile import MiB, Flooder, Memory
 from test_control import agent_yaml, control  # noqa: F401 - the fixture
 from clowder_common.ratelog import INTERVAL as LOG_INTERVAL
@@ -51,15 +51,48 @@ SHOW_INPUT = ("import os, tty\n"
 pytestmark = pytest.mark.parametrize("host", ["system"], indirect=True)
 
 
+# clowder-web as the .deb runs it: Debian's python3 and its aiohttp (python3-aiohttp,
+# 3.8.4 in Debian 12; Makefile's APT_PKGS), this tree's modules.  Tests that take the
+# `web` fixture with the param "debian" run it so (the venv's aiohttp is 3.14).
+DEBIAN_WEBD = "/usr/bin/python3 -P -m webd"
+DEBIAN_AIOHTTP = "/usr/lib/python3/dist-packages/aiohttp/"
+DROP_IN_DIR = "/run/systemd/system/clowder-web.service.d"
+BOTH = pytest.mark.parametrize("web", ["venv", "debian"], indirect=True)
+
+
 @pytest.fixture
-def web(host):
+def web(host, request):
+    """The web units installed; clowder-web on the venv's aiohttp, or with the param
+    "debian" on Debian's (checked in its memory map).  ``web.webd``: its command."""
     ensure_user("alice", 2001, "clowder")
     ensure_user("bob", 2002, "clowder")
     host.run([PYTHON, "-m", "ctl", "install-units", "--system", "--web",
               "--exec-start", f"{PYTHON} -m ptyhostd"])
-    yield host
-    host.systemctl("stop", "clowder-web.service", "clowder-web.socket", check=False)
-    _remove_web_drop_in(host)
+    host.webd = f"{PYTHON} -m webd"
+    try:
+        if getattr(request, "param", "venv") == "debian":
+            _on_debians_aiohttp(host)
+        yield host
+    finally:
+        host.systemctl("stop", "clowder-web.service", "clowder-web.socket", check=False)
+        _remove_web_drop_in(host)
+
+
+def _on_debians_aiohttp(host) -> None:
+    version = subprocess.run(["/usr/bin/python3", "-P", "-c", "import aiohttp; "
+                              "print(aiohttp.__version__)"], capture_output=True, text=True,
+                             check=True, cwd="/").stdout.strip()
+    host.webd = DEBIAN_WEBD
+    os.makedirs(DROP_IN_DIR, exist_ok=True)
+    with open(f"{DROP_IN_DIR}/aiohttp.conf", "w") as f:
+        f.write(f"[Service]\nExecStart=\nExecStart={DEBIAN_WEBD} --system\n"
+                f"Environment=PYTHONPATH={ROOT}\nWorkingDirectory=/\n")
+    host.systemctl("daemon-reload")
+    host.systemctl("start", "clowder-web.service")
+    pid = host.show("clowder-web.service", "MainPID")["MainPID"]
+    with open(f"/proc/{pid}/maps") as f:
+        assert DEBIAN_AIOHTTP in f.read(), f"clowder-web (pid {pid}) runs another aiohttp"
+    print(f"clowder-web on Debian's aiohttp {version}")
 
 
 @pytest.fixture
@@ -149,14 +182,18 @@ def screen(browser) -> str:
 
 
 def _remove_web_drop_in(host) -> None:
-    path = "/run/systemd/system/clowder-web.service.d/test.conf"
-    if os.path.exists(path):
-        os.unlink(path)
+    gone = False
+    for name in ("test.conf", "aiohttp.conf"):
+        if os.path.exists(f"{DROP_IN_DIR}/{name}"):
+            os.unlink(f"{DROP_IN_DIR}/{name}")
+            gone = True
+    if gone:
         host.systemctl("daemon-reload")
 
 
 # --- access -------------------------------------------------------------------------------
 
+@BOTH
 def test_no_token_is_401_and_a_token_is_good_once(web):
     r, body = get("/")
     assert r.status == 401 and b"clowderctl web" in body
@@ -172,6 +209,7 @@ def test_no_token_is_401_and_a_token_is_good_once(web):
     assert get("/api/sessions", "f" * 64)[0].status == 401
 
 
+@BOTH
 def test_another_users_token_shows_none_of_alices_sessions(web, browser):
     sid = spawn_show_input(web, "alice")
     bob = login(url_for(web, "bob"))
@@ -184,6 +222,7 @@ def test_another_users_token_shows_none_of_alices_sessions(web, browser):
     web.ctl("kill", sid, user="alice")
 
 
+@BOTH
 def test_a_forged_origin_is_refused(web):
     sid = spawn_show_input(web, "alice")
     cookie = login(url_for(web, "alice"))
@@ -205,6 +244,7 @@ def get_as(host, user: str, path: str, cookie: str | None = None) -> int:
     return int(out)
 
 
+@BOTH
 def test_a_login_is_honoured_only_from_its_own_uid(web):
     """Browsers send a host's cookies to every port: a member's server on 127.0.0.1 can
     be handed alice's cookie.  Presented from bob's uid it is refused; from alice's
@@ -222,6 +262,7 @@ def test_a_login_is_honoured_only_from_its_own_uid(web):
 
 # --- the page -----------------------------------------------------------------------------
 
+@BOTH
 def test_the_page_lists_sessions_and_shows_the_snapshot_then_live_output(web, browser):
     sid = spawn_show_input(web, "alice")
     open_page(browser, web, "alice")
@@ -259,6 +300,7 @@ def _screenshot(web, browser) -> None:
     web.ctl("kill", build, user="alice")
 
 
+@BOTH
 def test_read_only_sends_nothing(web, browser):
     sid = spawn_show_input(web, "alice")
     open_page(browser, web, "alice", sid)
@@ -277,6 +319,7 @@ def test_read_only_sends_nothing(web, browser):
     web.ctl("kill", sid, user="alice")
 
 
+@BOTH
 def test_typing_when_the_unit_allows_that_user(web, browser):
     """The counterpart of read-only: the same forced message does arrive."""
     _allow_typing(web, "alice")
@@ -290,6 +333,7 @@ def test_typing_when_the_unit_allows_that_user(web, browser):
     web.ctl("kill", sid, user="alice")
 
 
+@BOTH
 def test_a_host_restart_while_the_page_is_open_recovers(web, browser):
     sid = spawn_show_input(web, "alice")
     open_page(browser, web, "alice", sid)
@@ -306,6 +350,7 @@ AGENTS_JS = "(clowder.agents || []).map(a => a.name + ' ' + a.activity).join(','
 ATTENTION_JS = "(clowder.agents || []).map(a => a.name + ' ' + a.attention).join(',')"
 
 
+@BOTH
 def test_the_page_shows_the_users_agents_busy_and_idle(web, control, browser):
     """alice's agent (``user: alice``) is listed for her with clowder-control's
     busy/idle and attention, live (a browser notification when it comes to need
@@ -364,6 +409,7 @@ def _minted(line: str) -> int:
     return 1 + (int(more.group(1)) if more else 0)
 
 
+@BOTH
 def test_minting_in_a_loop_stays_bounded(web):
     """bob asks for 2,000 tokens and never reads one: clowder-web keeps at most 8 of
     his, its memory grows by less than 16 MiB, and alice still logs in.  The journal
@@ -411,6 +457,7 @@ class _HttpFlooder(Flooder):
         self.frames, self.sent, self.closed_by_peer = frames, 0, False
 
 
+@BOTH
 def test_a_page_that_never_reads_a_flood_stays_bounded(web):
     """A terminal WebSocket on a session printing as fast as it can, from a client that
     never reads, while another client pipelines list requests and never reads: clowder-web
@@ -696,10 +743,9 @@ def ws_text(msg: dict) -> bytes:
 
 def _allow_typing(web, user: str) -> None:
     """clowder-web restarted with typing allowed for ``user`` (a drop-in, as an admin)."""
-    path = "/run/systemd/system/clowder-web.service.d/test.conf"
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(f"[Service]\nExecStart=\nExecStart={PYTHON} -m webd --system "
+    os.makedirs(DROP_IN_DIR, exist_ok=True)
+    with open(f"{DROP_IN_DIR}/test.conf", "w") as f:  # after aiohttp.conf: it wins
+        f.write(f"[Service]\nExecStart=\nExecStart={web.webd} --system "
                 f"--input-for {user}\n")
     web.systemctl("daemon-reload")
     web.systemctl("restart", "clowder-web.service")
@@ -738,6 +784,7 @@ WS_HOST_GROWTH = 12 * MiB
 WS_LIMIT = 64 * MiB  # what a terminal sends at most (a read-only one reads on: refusals)
 
 
+@BOTH
 @pytest.mark.parametrize("kind", sorted(WS_FLOODS))
 def test_terminal_message_flood_never_read(web, kind):
     """One terminal sends input or resizes over and over and never reads: both daemons'
@@ -776,6 +823,7 @@ def test_terminal_message_flood_never_read(web, kind):
     web.ctl("kill", sid, user="alice")
 
 
+@BOTH
 def test_many_terminals_of_one_user_never_read(web):
     """alice opens 64 terminals on a session printing without pause and reads none:
     MAX_TERMINALS (16) open, the rest are 429s, both daemons' memory stays within the

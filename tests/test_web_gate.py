@@ -2,61 +2,31 @@
 
 The packages run on the distribution's aiohttp (Debian 12: 3.8.4), which queues every
 pipelined request it reads; the venv's (3.14 and later) stops at 32 by itself.  So the
-floods here run clowder-web as the .deb does, on Debian's python3 and its aiohttp, where
-only the Gate holds them."""
+floods here run clowder-web as the .deb does, on Debian's python3 and its aiohttp
+(test_web.py's `web` fixture with "debian"), where only the Gate holds them."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
 
 import pytest
 
-from conftest import ROOT, wait_for
+from conftest import wait_for
 from hostile import connections_as
-from test_web import (HTTP_FLOODS, PORT, _remove_web_drop_in, http_flood, journal_lines,
-                      login, url_for, web)  # noqa: F401 - web: the fixture
+from test_web import (BOTH, HTTP_FLOODS, PORT, http_flood, journal_lines, login, url_for,
+                      web)  # noqa: F401 - web: the fixture
 from webd.gate import MAX_PER_UID
 
 pytestmark = pytest.mark.parametrize("host", ["system"], indirect=True)  # as test_web's
-DROP_IN = "/run/systemd/system/clowder-web.service.d/test.conf"  # test_web's one
-DEBIAN_AIOHTTP = "/usr/lib/python3/dist-packages/aiohttp/"
 
 
-@pytest.fixture
-def debians_aiohttp(web):
-    """clowder-web restarted on /usr/bin/python3 with Debian's aiohttp (python3-aiohttp,
-    Makefile's APT_PKGS) and this tree's modules, as the .deb runs it; checked in the
-    running process's memory map."""
-    version = subprocess.run(["/usr/bin/python3", "-P", "-c", "import aiohttp; "
-                              "print(aiohttp.__version__)"], capture_output=True, text=True,
-                             check=True, cwd="/").stdout.strip()
-    assert tuple(int(x) for x in version.split(".")[:2]) < (3, 14), \
-        f"Debian's aiohttp is {version}: it bounds pipelining itself, this shows nothing"
-    os.makedirs(os.path.dirname(DROP_IN), exist_ok=True)
-    with open(DROP_IN, "w") as f:
-        f.write(f"[Service]\nExecStart=\nExecStart=/usr/bin/python3 -P -m webd --system\n"
-                f"Environment=PYTHONPATH={ROOT}\nWorkingDirectory=/\n")
-    web.systemctl("daemon-reload")
-    web.systemctl("restart", "clowder-web.service")
-    try:
-        login(url_for(web, "alice"))  # serving
-        pid = web.show("clowder-web.service", "MainPID")["MainPID"]
-        with open(f"/proc/{pid}/maps") as f:
-            assert DEBIAN_AIOHTTP in f.read(), f"clowder-web (pid {pid}) runs another aiohttp"
-        print(f"clowder-web on Debian's aiohttp {version}")
-        yield web
-    finally:
-        web.systemctl("stop", "clowder-web.service", check=False)
-        _remove_web_drop_in(web)
-
-
+@pytest.mark.parametrize("web", ["debian"], indirect=True)
 @pytest.mark.parametrize("kind", sorted(HTTP_FLOODS))
-def test_pipelined_floods_are_bounded_on_debians_aiohttp(debians_aiohttp, kind):
-    """Each request kind, pipelined on one connection and never read, on aiohttp 3.8:
-    the same bounds as test_web.py's (there, the venv's aiohttp's and the Gate's)."""
-    http_flood(debians_aiohttp, kind, 1)
+def test_pipelined_floods_are_bounded_on_debians_aiohttp(web, kind):
+    """Each request kind, pipelined on one connection and never read, on aiohttp 3.8
+    (test_web.py's `web` fixture, "debian"): the same bounds as test_web.py's (there,
+    the venv's aiohttp's and the Gate's)."""
+    http_flood(web, kind, 1)
 
 
 def _answer(sock: socket.socket, request: bytes) -> bytes:
@@ -72,6 +42,7 @@ def _answer(sock: socket.socket, request: bytes) -> bytes:
     return head
 
 
+@BOTH
 def test_connections_of_one_user_are_capped(web):
     """alice holds MAX_PER_UID connections, each served; her next is answered 503 and
     closed, once logged; bob's and root's are served meanwhile; once she closes one,
