@@ -13,7 +13,10 @@ first cats the throughput file (100 MB in a full run) with no client attached, t
 draws the same screen; the attach starts the moment the job has written its last byte
 (it touches a file we poll every millisecond).  clowder feeds its model lazily, so
 this attach pays the catch-up: at most SCREEN_CATCH_UP (256 KiB) parsed, then the
-render.  Beside it, the same two steps timed in this process (``model``).
+render.  Beside it, the same two steps timed in this process (``model``).  "first": a
+fresh session that drew the same screen with no flood, attached to as the flooded one
+is (its first attach, the moment the job is done): what the flood itself adds is the
+after-flood time over this one; the idle attaches come after a warm-up.
 
 dtach and abduco keep no screen: their attach shows nothing until the program draws
 again (dtach -r ctrl_l/winch only asks the program to redraw), so they have no figure.
@@ -32,6 +35,7 @@ from peers import TmuxPeer, ScreenPeer, unique
 
 WORK = "/tmp/clowder-bench"
 ATTACHES = 5  # timed idle attaches a round and peer
+LOADS = ("idle", "first", "after flood")
 NO_REPAINT = {"dtach": "keeps no screen: an attach shows nothing until the program "
                        "draws again", "abduco": "keeps no screen, as dtach"}
 
@@ -152,7 +156,7 @@ def measure(kind: str, load: str, flood: str, timeout: float) -> list[float]:
         if load == "idle":
             side.attach()  # warm-up: clowder makes the model on the first attach
             return [side.attach() for _ in range(ATTACHES)]
-        return [side.attach()]
+        return [side.attach()]  # "first", "after flood": the session's first attach
     finally:
         side.stop()
         if os.path.exists(done):
@@ -198,7 +202,7 @@ def run(peer_names: list[str], flood: str, size: int, rounds: int) -> dict:
     timeout = 60 + size / 2e6
     for r in range(rounds):
         order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
-        for load in ("idle", "after flood"):
+        for load in LOADS:
             for kind in order:
                 try:
                     lat = measure(kind, load, flood, timeout)
@@ -211,7 +215,7 @@ def run(peer_names: list[str], flood: str, size: int, rounds: int) -> dict:
     summary = {}
     for kind in kinds:
         summary[kind] = {"errors": errors[kind]}
-        for load in ("idle", "after flood"):
+        for load in LOADS:
             lat = got.get((kind, load))
             if lat:
                 summary[kind][load] = {"samples": len(lat), "median_ms": median(lat) * 1e3,
@@ -219,7 +223,7 @@ def run(peer_names: list[str], flood: str, size: int, rounds: int) -> dict:
                                        "max_ms": max(lat) * 1e3,
                                        "all_ms": [round(v * 1e3, 1) for v in lat]}
     for kind in kinds:
-        for load in ("idle", "after flood"):
+        for load in LOADS:
             mine = summary[kind].get(load, {}).get("median_ms")
             tmux = summary.get("tmux", {}).get(load, {}).get("median_ms")
             if mine and tmux:

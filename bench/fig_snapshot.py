@@ -2,7 +2,10 @@
 screen costs another session's keystroke echo (issue 13, acceptance 4).
 
 (a) "snapshot after flood": a session draws the repaint figure's 80x24 screen and
-sleeps.  "idle": SNAPSHOTS timed snapshots of the quiet session (after one warm-up).
+sleeps.  "idle": SNAPSHOTS timed snapshots of the quiet session (after one warm-up).  "first":
+one snapshot of a fresh session that drew the same screen with no flood, asked for the
+moment its job wrote its last byte (a session's first snapshot pays the screen pool's
+thread wake-ups, docs/design.md, which the warm idle ones do not).
 "after flood": a fresh session first cats the throughput file (100 MB in a full run)
 with no client attached, then draws the same screen; one snapshot is asked for the
 moment the job has written its last byte (a fresh session per format), so it pays
@@ -154,7 +157,9 @@ def _wait_file(path: str, timeout: float) -> None:
 
 
 def after_flood(kind: str, flood: str, timeout: float) -> dict:
-    """{format: (idle seconds list, after-flood seconds)} for one round."""
+    """{format: (idle seconds list, first seconds, after-flood seconds)} for one round.
+    "first": the first snapshot of a fresh session that drew the screen with no flood,
+    taken as the after-flood one is: what the flood itself adds is after / first."""
     side = SIDES[kind]()
     out = {}
     try:
@@ -164,13 +169,17 @@ def after_flood(kind: str, flood: str, timeout: float) -> dict:
         for fmt in FORMATS[kind]:
             side.snapshot(quiet, fmt)  # warm-up
             idle = [side.snapshot(quiet, fmt)[0] for _ in range(SNAPSHOTS)]
-            done = f"{WORK}/{unique('drawn')}"
-            flooded = side.start(fig_repaint.job_argv(done, flood))
-            _wait_file(done, timeout)
-            took, answer = side.snapshot(flooded, fmt)
-            if answer != "ok":
-                raise RuntimeError(f"{kind} {fmt} snapshot after the flood: {answer}")
-            out[fmt] = (idle, took)
+            firsts = []
+            for load in (None, flood):
+                done = f"{WORK}/{unique('drawn')}"
+                fresh = side.start(fig_repaint.job_argv(done, load))
+                _wait_file(done, timeout)
+                took, answer = side.snapshot(fresh, fmt)
+                if answer != "ok":
+                    raise RuntimeError(f"{kind} {fmt} first snapshot "
+                                       f"{'after the flood' if load else 'unflooded'}: {answer}")
+                firsts.append(took)
+            out[fmt] = (idle, firsts[0], firsts[1])
     finally:
         side.stop()
     return out
@@ -298,12 +307,15 @@ def run(peer_names: list[str], flood: str, size: int, rounds: int, samples: int)
         order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
         for kind in order:
             try:
-                for fmt, (idle, took) in after_flood(kind, flood, timeout).items():
-                    got = snaps.setdefault((kind, fmt), {"idle": [], "after flood": []})
+                for fmt, (idle, first, took) in after_flood(kind, flood, timeout).items():
+                    got = snaps.setdefault((kind, fmt), {"idle": [], "first": [],
+                                                         "after flood": []})
                     got["idle"] += idle
+                    got["first"].append(first)
                     got["after flood"].append(took)
                     log(f"snapshot round {r + 1}/{rounds} {kind} {fmt}: idle "
-                        f"{median(idle) * 1e3:.1f} ms, after flood {took * 1e3:.1f} ms")
+                        f"{median(idle) * 1e3:.1f} ms, first {first * 1e3:.1f} ms, after "
+                        f"flood {took * 1e3:.1f} ms")
             except Exception as exc:
                 errors[kind].append(f"round {r + 1} after flood: {exc!r}")
                 log(f"snapshot round {r + 1} {kind} after flood: FAILED {exc!r}")
@@ -328,7 +340,12 @@ def run(peer_names: list[str], flood: str, size: int, rounds: int, samples: int)
             got = snaps.get((kind, fmt))
             if got and got["idle"] and got["after flood"]:
                 idle, after = median(got["idle"]) * 1e3, median(got["after flood"]) * 1e3
+                first = median(got["first"]) * 1e3
                 s["snapshot"][fmt] = {"idle_ms": idle, "idle_max_ms": max(got["idle"]) * 1e3,
+                                      "first_ms": first,
+                                      "first_all_ms": [round(v * 1e3, 1)
+                                                       for v in got["first"]],
+                                      "after_flood_x_first": after / first,
                                       "after_flood_ms": after,
                                       "after_flood_max_ms": max(got["after flood"]) * 1e3,
                                       "ratio": after / idle,

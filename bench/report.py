@@ -109,13 +109,18 @@ so theirs include a process start (a C program's ~2 ms; Python's ~60 ms for
 clowderctl).  "idle": a quiet session, after one warm-up attach (clowder makes a
 session's model on its first attach).  "after flood": a fresh session first cats the
 throughput file with no client attached, then draws the screen; the attach starts the
-moment the job has written its last byte.  dtach and abduco keep no screen, so they
-have no repaint to time.
+moment the job has written its last byte.  "first": the same with no flood (a fresh
+session's first attach, the moment it has drawn): after flood over first is what the
+flood itself adds; a first attach also pays what a warm one does not (for clowder the
+screen pool's thread wake-ups).  dtach and abduco keep no screen, so they have no
+repaint to time.
 
 **8. Snapshots, and echo beside snapshots of the largest screen** (`bench/fig_snapshot.py`).
 (a) The repaint figure's 80x24 screen: snapshots of a quiet session, then one snapshot
 right after a fresh session's `cat` of the throughput file (a fresh session per format
-and round), asked the moment the job has written its last byte.  clowder: a GetSnapshot
+and round), asked the moment the job has written its last byte, and "first": one
+snapshot of a fresh session that drew the screen with no flood, asked the same way.
+clowder: a GetSnapshot
 of each format on an open connection; tmux: `tmux capture-pane -p` (text) and `-p -e`
 (ansi), a process start included.  The repaint row is figure 5's, same run.  (b) A
 500x500 session (clowder's 250,000-cell cap; tmux gets the same size) full of coloured
@@ -344,16 +349,22 @@ def _repaint(res: dict) -> str:
             d = peers[name].get(load, {})
             row += [_f(d.get("median_ms"), "{:.1f}"), _f(d.get("max_ms"), "{:.1f}"),
                     _f(d.get("x_tmux"), "{:.2f}")]
+        first = peers[name].get("first", {}).get("median_ms")
+        after = peers[name].get("after flood", {}).get("median_ms")
+        row += [_f(first, "{:.1f}"), _f(after / first if first and after else None,
+                                         "{:.2f}")]
         row.append("; ".join(peers[name].get("errors", [])))
         rows.append(row)
     for name, why in res.get("no_repaint", {}).items():
-        rows.append([name, "-", "", "", "-", "", "", f"no repaint: {why}"])
+        rows.append([name, "-", "", "", "-", "", "", "-", "", f"no repaint: {why}"])
     mb = res["flood_bytes"] / 1e6
     out = (f"Time from the attach's start to the whole 80x24 screen on the client, ms; "
-           f"idle: {res['attaches_idle']} attaches a round, after flood: one attach right "
-           f"after {mb:g} MB; {res['rounds']} rounds.\n\n"
+           f"idle: {res['attaches_idle']} attaches a round after a warm-up, after flood: "
+           f"one attach right after {mb:g} MB, first: the same with no flood (a fresh "
+           f"session's first attach); {res['rounds']} rounds.\n\n"
            + _table(["peer", "idle: median ms", "max ms", "x tmux", "after flood: median ms",
-                     "max ms", "x tmux", "errors"], rows))
+                     "max ms", "x tmux", "first (no flood): median ms", "after / first",
+                     "errors"], rows))
     m = res.get("model")
     flood = peers.get("clowder", {}).get("after flood", {})
     if m:
@@ -381,18 +392,23 @@ def _snapshot(res: dict, repaint: dict | None = None) -> str:
     for name in _ordered(peers):
         for fmt, d in peers[name].get("snapshot", {}).items():
             rows.append([name, f"snapshot {fmt}", _f(d["idle_ms"]), _f(d["after_flood_ms"]),
-                         _f(d["after_flood_max_ms"]), _f(d["ratio"], "{:.2f}")])
+                         _f(d["after_flood_max_ms"]), _f(d["ratio"], "{:.2f}"),
+                         _f(d.get("first_ms")), _f(d.get("after_flood_x_first"), "{:.2f}")])
     for name, d in sorted((repaint or {}).get("peers", {}).items()):
         idle, after = d.get("idle", {}), d.get("after flood", {})
+        first = d.get("first", {}).get("median_ms")
         if idle.get("median_ms") and after.get("median_ms"):
             rows.append([name, "repaint (attach to first paint, figure 5's)",
                          _f(idle["median_ms"]), _f(after["median_ms"]), _f(after["max_ms"]),
-                         _f(after["median_ms"] / idle["median_ms"], "{:.2f}")])
+                         _f(after["median_ms"] / idle["median_ms"], "{:.2f}"), _f(first),
+                         _f(after["median_ms"] / first if first else None, "{:.2f}")])
     out = (f"(a) One snapshot of a quiet 80x24 session (median of "
-           f"{res['snapshots_idle']} a round) and one right after {mb:g} MB of output "
-           f"(a fresh session a format and round), ms; {res['rounds']} rounds.\n\n"
+           f"{res['snapshots_idle']} a round, after a warm-up) and one right after {mb:g} MB "
+           f"of output (a fresh session a format and round), ms; first: the same as after "
+           f"the flood with no flood (a fresh session's first snapshot); {res['rounds']} "
+           f"rounds.\n\n"
            + _table(["peer", "what", "idle ms", "after flood ms", "max ms",
-                     "after / idle"], rows))
+                     "after / idle", "first (no flood) ms", "after / first"], rows))
     cols, nrows = res["big"]
     rows = []
     for name in _ordered(peers):
