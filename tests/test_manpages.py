@@ -165,6 +165,22 @@ def test_the_prose_moved_into_the_pages(generated):
             assert f'.SH "{heading}"' in text(name), (name, heading)
 
 
+def test_the_web_page_states_the_limits_the_code_has(generated):
+    """clowder-web(8)'s limits are the constants webd uses (a change to one fails here
+    until the page says it too)."""
+    from clowder_common.ratelog import INTERVAL
+    from webd.app import MAX_TERMINALS
+    from webd.gate import MAX_AHEAD, MAX_PER_UID
+    with open(os.path.join(generated, "man", "clowder-web.8")) as f:
+        page = " ".join(plain(f.read()).split())
+    for said in (f"{MAX_TERMINALS} terminals open at once", f"{MAX_PER_UID} connections",
+                 f"at most {MAX_AHEAD} requests ahead", "at most 32 header lines",
+                 f"every {INTERVAL:g} seconds"):
+        assert said in page, f"clowder-web(8) does not say {said!r}"
+    with open(os.path.join(ROOT, "webd", "__main__.py")) as f:
+        assert "max_headers=32" in f.read(), "webd/__main__.py's header limit changed"
+
+
 # --- the completions ------------------------------------------------------------------
 
 
