@@ -175,6 +175,7 @@ class Soak:
         self.pastes: list[tuple[str, str, str]] = []  # (sid, file, sha256)
         self.exits: dict[str, int] = {}  # sid -> the code it exits with
         self.typed = 0
+        self.stalled: list[socket.socket] = []  # the client that never reads (start)
         self.floods: list[socket.socket] = []  # hoarders that never read (issue 12)
         self.service_floods: list[socket.socket] = []  # the same, on clowder-control
         self.peak = {"host": 0, "control": 0}
