@@ -18,15 +18,20 @@ way, and a session printing escape-sequence bombs at the largest size; and a reb
 kept, powered off under its own live sessions and booted again (at most every REST
 seconds), and a power cut of the same box (its PID 1 killed: only the periodic saves
 are there at the next boot); and journald stopped for a while (a line typed meanwhile
-must come back before it reads again).
+must come back before it reads again).  For system units (the web view has no others),
+clowder-web too, run on Debian's aiohttp as the .deb runs it: a connection pipelining one
+kind of request it never reads (test_web.py's HTTP_FLOODS; up to four held), its
+``kill -9`` and its restart, after each of which it must serve a fresh login and list
+every counter with its pid within WEB_BACK seconds.
 
 At the end: 0 sessions lost (same pid, still running), 0 gaps or duplicates in any
 backlog, every typed line echoed exactly once, every paste whole (sha256), every exit
-code delivered, every kind of event thrown at least once, the daemons' memory within a
-bound, and after each reboot: every session of the previous boot listed as ended by it,
-its saved history holding the last line noted before the poweroff without gap or
-duplicate, the redrawn screen saved whole and coloured, nothing crossed, the agent
-running again through its resume command, earlier boots' saved sessions still listed.
+code delivered, every kind of event thrown at least once, the daemons' memory (the
+host's, clowder-control's, clowder-web's) within a bound, and after each reboot: every
+session of the previous boot listed as ended by it, its saved history holding the last
+line noted before the poweroff without gap or duplicate, the redrawn screen saved whole
+and coloured, nothing crossed, the agent running again through its resume command,
+earlier boots' saved sessions still listed.
 The counts of each scope are one ``soak-report`` JSON line in pytest's closing summary
 (of ``make test`` too); docs/bench.md keeps a long run's.
 
@@ -36,6 +41,7 @@ A new failure mode found elsewhere becomes one more entry in EVENTS.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import random
@@ -52,6 +58,8 @@ from rebootbox import KEYS as REBOOT_KEYS, RebootBox
 from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
 from test_watchdog import timespan
+from test_web import (HTTP_FLOODS, _Connections, _on_debians_aiohttp, _remove_web_drop_in,
+                      get, login)
 
 SECONDS = float(os.environ.get("CLOWDER_SOAK_SECONDS", "75"))
 SEED = int(os.environ.get("CLOWDER_SOAK_SEED", str(int(time.time()))))
@@ -62,9 +70,21 @@ PASTE_BYTES = int(os.environ.get("CLOWDER_SOAK_PASTE_BYTES", 1 << 20))
 # the bound covers ten sessions' terminal models and the clients that never read).
 HOST_RSS_BOUND = 256 << 20
 CONTROL_RSS_BOUND = 192 << 20
+# clowder-web's (system scope, on Debian's aiohttp 3.8): its base and the floods held
+# (WEB_FLOODS, each held by webd/gate.py to 4 requests ahead and one read).  Measured
+# 32.1-44.6 MiB, 50.3 with four of the largest requests' floods (login-big) held; with
+# the Gate's MAX_AHEAD lifted, 401.5 MiB after eight floods.
+WEB_RSS_BOUND = 128 << 20
 # Seconds an event kind rests after it was thrown before it is thrown again: a reboot
 # takes seconds (a poweroff, a boot, the checks), and a run of them would be the run.
 REST = {"reboot": 20.0, "power-cut": 20.0}
+# The web view's events (clowder-web exists for the system scope only); after each,
+# clowder-web must serve a fresh login and list every counter within WEB_BACK seconds.
+WEB_EVENTS = frozenset({"web-flood", "web-kill-9", "web-restart"})
+WEB_BACK = 30.0
+WEB_FLOODS = 4  # connections flooding clowder-web held at once, the oldest leaving
+WEB_FLOOD_LIMIT = 32 << 20  # what one sends at most (as the host's floods)
+WEB_FLOOD_SECONDS = 5.0  # and for how long (a flood of 401s is read as it is answered)
 
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
@@ -162,6 +182,21 @@ def greeted_client(host, name: str) -> socket.socket:
     return sock
 
 
+def web_flooding_client(kind: str, cookie: str, sid: str) -> _Connections:
+    """A connection to clowder-web pipelining one request kind of test_web.py's
+    HTTP_FLOODS over and over, never reading, until clowder-web stops reading it (no
+    progress for a second: its answers fill the socket and the Gate holds the rest),
+    closes it, or it has sent WEB_FLOOD_LIMIT bytes or for WEB_FLOOD_SECONDS.  Refusals
+    are short answers: clowder-web may parse many before they fill the socket."""
+    conns = _Connections(1, HTTP_FLOODS[kind](cookie, sid))
+    try:
+        conns.run(WEB_FLOOD_LIMIT, stall=1.0, seconds=WEB_FLOOD_SECONDS)
+    except BaseException:
+        conns.close()
+        raise
+    return conns
+
+
 class Soak:
     """The workload, the events, and what is counted."""
 
@@ -178,6 +213,9 @@ class Soak:
         self.stalled: list[socket.socket] = []  # the client that never reads (start)
         self.floods: list[socket.socket] = []  # hoarders that never read (issue 12)
         self.service_floods: list[socket.socket] = []  # the same, on clowder-control
+        self.web_floods: list[_Connections] = []  # the same, on clowder-web
+        self.web = False  # clowder-web installed (the web events are thrown)
+        self.web_cookie = ""  # root's login from clowder-web's last check
         self.peak = {"host": 0, "control": 0}
         self.box: RebootBox | None = None  # the machine the reboot event powers off
         self.watchdog = timespan(host.show("clowder-ptyhost.service",
@@ -190,6 +228,14 @@ class Soak:
         if {"reboot", "power-cut"} & set(self.events()):
             self.box = RebootBox()  # set first: stop() cleans up a box that failed to boot
             self.box.start()
+        if WEB_EVENTS & set(self.events()):
+            self.web = True  # set first: stop() stops what was installed
+            h.run([PYTHON, "-m", "ctl", "install-units", "--system", "--web",
+                   "--exec-start", f"{PYTHON} -m ptyhostd"])  # as test_web.py's fixture
+            # As the .deb runs it: on aiohttp 3.8 only webd/gate.py bounds a pipelining
+            # connection (the venv's 3.14 stops at 32 requests by itself).
+            _on_debians_aiohttp(h)
+            self.peak["web"] = 0
         self.counters = {h.spawn(*counter(f"c{i}-"), name=f"soak-c{i}"): f"c{i}-"
                          for i in range(COUNTERS)}
         self.pids = {sid: h.ps()[sid]["pid"] for sid in self.counters}
@@ -201,6 +247,8 @@ class Soak:
         self.typist = self.attach(self.echo)
         self.typist.wait_raw()
         self.stalled = [never_reading_client(h, next(iter(self.counters)))]
+        if self.web:
+            self.web_serves("its installation")
 
     def type_lines(self, n: int) -> None:
         for _ in range(n):
@@ -214,8 +262,10 @@ class Soak:
         self.typist._read(0)
 
     def sample(self) -> None:
-        for name, unit in (("host", "clowder-ptyhost.service"),
-                           ("control", "clowder-control.service")):
+        units = [("host", "clowder-ptyhost.service"), ("control", "clowder-control.service")]
+        if self.web:
+            units.append(("web", "clowder-web.service"))
+        for name, unit in units:
             pid = int(self.host.show(unit, "MainPID")["MainPID"])
             if pid:
                 self.peak[name] = max(self.peak[name], rss(pid))
@@ -387,6 +437,69 @@ class Soak:
         if len(self.service_floods) > 2:
             self.service_floods.pop(0).close()
 
+    def web_pid(self) -> int:
+        return int(self.host.show("clowder-web.service", "MainPID")["MainPID"])
+
+    def web_serves(self, after: str, old_pid: int = 0) -> None:
+        """clowder-web serves again within WEB_BACK: (as a process other than
+        ``old_pid``) a fresh token from `clowderctl web` logs root in, and /api/sessions
+        lists every counter session with its pid.  Root's new cookie is kept."""
+        last = ["nothing tried"]
+
+        def serves() -> bool:
+            r = self.host.ctl("web", "--json", check=False, timeout=15)
+            if r.returncode:
+                last[0] = f"clowderctl web exited {r.returncode}: {r.stderr.decode()[-300:]}"
+                return False
+            pid = self.web_pid()
+            if old_pid and pid in (0, old_pid):
+                last[0] = f"clowder-web's main pid is {pid} (before: {old_pid})"
+                return False
+            try:
+                cookie = login(json.loads(r.stdout)["url"])
+                answer, body = get("/api/sessions", cookie)
+                listed = {s["id"]: s["pid"] for s in json.loads(body)["sessions"]} \
+                    if answer.status == 200 else {}
+            except (OSError, http.client.HTTPException, AssertionError, ValueError,
+                    KeyError) as exc:
+                last[0] = f"{type(exc).__name__}: {exc}"
+                return False
+            missing = {sid: pid for sid, pid in self.pids.items() if listed.get(sid) != pid}
+            if answer.status != 200 or missing:
+                last[0] = (f"/api/sessions answered {answer.status}, the counters not "
+                           f"listed with their pids: {sorted(missing)} {body[:300]!r}")
+                return False
+            self.web_cookie = cookie
+            return True
+
+        if not poll(serves, WEB_BACK, 0.2):
+            pytest.fail(f"clowder-web did not serve a login and every counter within "
+                        f"{WEB_BACK:g} s after {after}: {last[0]}")
+
+    def web_flood(self) -> None:
+        """A connection pipelines one kind of request at clowder-web and never reads
+        (what grew it without bound on aiohttp 3.8 before webd/gate.py), held to the end;
+        the oldest of five leaves.  clowder-web must serve others meanwhile, and its
+        peak memory stay under WEB_RSS_BOUND."""
+        kind = self.rng.choice(sorted(HTTP_FLOODS))
+        conns = web_flooding_client(kind, self.web_cookie,
+                                    self.rng.choice(sorted(self.counters)))
+        self.web_floods.append(conns)
+        if len(self.web_floods) > WEB_FLOODS:
+            self.web_floods.pop(0).close()
+        self.web_serves(f"a {kind} flood ({conns.sent >> 10} KiB taken)")
+
+    def web_kill9(self) -> None:
+        pid = self.web_pid()
+        assert pid, "clowder-web is not running"
+        os.kill(pid, signal.SIGKILL)
+        self.web_serves("its kill -9", pid)  # socket-activated: the next one starts it
+
+    def web_restart(self) -> None:
+        pid = self.web_pid()
+        self.host.systemctl("restart", "clowder-web.service")
+        self.web_serves("its restart", pid)
+
     def bomb(self) -> None:
         """A session at the largest square size prints escape-sequence bombs (a huge
         cursor move, a coloured erase, a huge scroll); its snapshot answers, it exits
@@ -428,6 +541,9 @@ class Soak:
               "power-cut": self.power_cut, "journal-stall": self.journal_stall}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
+        else:  # the web view has system units only
+            ev.update({"web-flood": self.web_flood, "web-kill-9": self.web_kill9,
+                       "web-restart": self.web_restart})
         if ONLY:  # to replay one failure mode; the default run throws every kind
             ev = {k: v for k, v in ev.items() if k in ONLY}
         return ev
@@ -519,8 +635,12 @@ class Soak:
         return report
 
     def stop(self) -> None:
-        for sock in self.stalled + self.floods + self.service_floods:
+        for sock in self.stalled + self.floods + self.service_floods + self.web_floods:
             sock.close()
+        if self.web:
+            self.host.systemctl("stop", "clowder-web.service", "clowder-web.socket",
+                                check=False)
+            _remove_web_drop_in(self.host)
         for _sid, path, _digest in self.pastes:
             if os.path.exists(path):
                 os.unlink(path)
@@ -550,5 +670,5 @@ def test_chaos_run_loses_nothing(host, attach):
                                    *[k for k in REBOOT_KEYS if k in report])}
     assert zero == dict.fromkeys(zero, 0), f"the chaos run lost something: {report}"
     assert report["lines_checked"] > COUNTERS * 100, f"too few lines to judge: {report}"
-    assert soak.peak["host"] < HOST_RSS_BOUND and soak.peak["control"] < CONTROL_RSS_BOUND, \
-        f"daemon memory over its bound: {report}"
+    assert soak.peak["host"] < HOST_RSS_BOUND and soak.peak["control"] < CONTROL_RSS_BOUND \
+        and soak.peak.get("web", 0) < WEB_RSS_BOUND, f"daemon memory over its bound: {report}"
