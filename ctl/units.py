@@ -136,6 +136,9 @@ Documentation={docs}
 Requires=clowder-web.socket
 Wants=clowder-ptyhost.socket
 After=clowder-web.socket clowder-ptyhost.socket
+# Started again as often as it dies (kill -9, MemoryMax below): under systemd's default
+# limit, five starts in 10 s left it and its socket failed until an admin came.
+StartLimitIntervalSec=0
 
 [Service]
 Type=notify

@@ -18,6 +18,7 @@ import os
 import pwd
 import re
 import selectors
+import signal
 import socket
 import struct
 import subprocess
@@ -344,6 +345,26 @@ def test_a_host_restart_while_the_page_is_open_recovers(web, browser):
     wait_for(lambda: "got b'after restart'" in screen(browser), LIVE_BOUND,
              "live output after the restart")
     web.ctl("kill", sid, user="alice")
+
+
+@BOTH
+def test_killed_again_and_again_it_comes_back(web):
+    """clowder-web killed (kill -9) six times, each time once it serves: systemd starts
+    it again every time and a fresh login works after each.  (With systemd's default
+    start limit, five starts in 10 s, it and its socket were left failed,
+    service-start-limit-hit: the web view down until an admin's reset-failed.  Found by
+    the chaos run's web-kill-9 and web-restart, tests/test_soak.py.)"""
+    kills = 6
+    for n in range(kills + 1):
+        r = web.ctl("web", "--json", check=False)
+        assert r.returncode == 0, (
+            f"after {n} kills: clowderctl web exited {r.returncode} "
+            f"{r.stderr.decode()!r}; clowder-web.socket "
+            f"{web.show('clowder-web.socket', 'ActiveState', 'Result')}")
+        assert get("/api/sessions", login(json.loads(r.stdout)["url"]))[0].status == 200
+        if n < kills:
+            os.kill(int(web.show("clowder-web.service", "MainPID")["MainPID"]),
+                    signal.SIGKILL)
 
 
 AGENTS_JS = "(clowder.agents || []).map(a => a.name + ' ' + a.activity).join(',')"
