@@ -473,8 +473,10 @@ class Soak:
             return True
 
         if not poll(serves, WEB_BACK, 0.2):
+            units = {u: self.host.show(u, "ActiveState", "Result") for u in
+                     ("clowder-web.socket", "clowder-web.service")}
             pytest.fail(f"clowder-web did not serve a login and every counter within "
-                        f"{WEB_BACK:g} s after {after}: {last[0]}")
+                        f"{WEB_BACK:g} s after {after}: {last[0]} (units: {units})")
 
     def web_flood(self) -> None:
         """A connection pipelines one kind of request at clowder-web and never reads
