@@ -72,7 +72,7 @@ HOST_RSS_BOUND = 256 << 20
 CONTROL_RSS_BOUND = 192 << 20
 # clowder-web's (system scope, on Debian's aiohttp 3.8): its base and the floods held
 # (WEB_FLOODS, each held by webd/gate.py to 4 requests ahead and one read).  Measured
-# 32.1-44.6 MiB, 50.3 with four of the largest requests' floods (login-big) held; with
+# 31.4-44.6 MiB, 50.3 with four of the largest requests' floods (login-big) held; with
 # the Gate's MAX_AHEAD lifted, 401.5 MiB after eight floods.
 WEB_RSS_BOUND = 128 << 20
 # Seconds an event kind rests after it was thrown before it is thrown again: a reboot
