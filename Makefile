@@ -53,7 +53,7 @@ stage:
 test-unit: venv
 	$(PYTHON) -m pytest $(PYTEST_ARGS) tests/test_protocol.py tests/test_ring.py tests/test_units.py \
 	  tests/test_layering.py tests/test_portable.py tests/test_web_access.py tests/test_ratelog.py \
-	  tests/test_gate.py
+	  tests/test_gate.py tests/test_peer.py
 
 test: venv stage
 	python3 tools/sshhost.py fetch  # the ssh test box's debs: instances have no network

@@ -150,7 +150,7 @@ def connect_as(user: str, path: str) -> socket.socket:
 def connections_as(user: str, address, count: int) -> list[socket.socket]:
     """``count`` connections to ``address`` (a unix socket's path, or a TCP (host,
     port)) that a process of ``user`` made and handed to us, unused: the daemon sees
-    ``user``'s uid (SO_PEERCRED; on loopback TCP, the owner in /proc/net/tcp)."""
+    ``user``'s uid (SO_PEERCRED; on loopback TCP, the socket's owner: webd/peer.py)."""
     ours, theirs = socket.socketpair()
     target = address if isinstance(address, str) else f"{address[0]}:{address[1]}"
     try:

@@ -13,7 +13,7 @@ Once a WebSocket is accepted (101) the connection carries frames, not heads: the
 steps aside, and aiohttp's WebSocket reader bounds it.
 
 A connection's peer uid (peer.py) is read once, here, when it is accepted: the login
-check asks the Gate instead of reading /proc/net/tcp for every request.  A uid may hold
+check asks the Gate instead of asking the kernel for every request.  A uid may hold
 MAX_PER_UID connections (a browser needs ~6, plus a WebSocket per terminal, at most
 app.MAX_TERMINALS); the next is answered 503 and closed.  Root and the unit's proxy users
 are not counted (a reverse proxy carries everyone's); a peer on another machine is
