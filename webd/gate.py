@@ -65,7 +65,10 @@ class Gates:
             gate.step_aside()
 
     def _admit(self, gate: "Gate", transport) -> bool:
-        uid = peer.uid_of(transport)
+        try:
+            uid = peer.uid_of(transport)
+        except OSError:  # the kernel would not say (a peer gone at once): nobody's
+            uid = peer.NOBODY
         gate.uid = uid
         if uid is None:  # another machine: counted by its address
             peername = transport.get_extra_info("peername")
