@@ -17,9 +17,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 
 import aiohttp
+
+from conftest import poll
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 START_TIMEOUT = 30.0
@@ -50,15 +51,19 @@ class Browser:
             raise
 
     async def _connect(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
         port_file = os.path.join(self.profile, "DevToolsActivePort")
-        while not os.path.exists(port_file) or os.path.getsize(port_file) == 0:
+
+        def written() -> bool:
+            return os.path.exists(port_file) and os.path.getsize(port_file) > 0
+
+        # Until chromium has written its port, or exited: conftest.poll, with a deadline.
+        await asyncio.to_thread(poll, lambda: written() or self.proc.poll() is not None,
+                                START_TIMEOUT, 0.05)
+        if not written():
             if self.proc.poll() is not None:
                 raise BrowserError(f"chromium exited {self.proc.returncode}: "
                                    f"{self.proc.stderr.read().decode(errors='replace')[-2000:]}")
-            if time.monotonic() > deadline:
-                raise BrowserError(f"chromium wrote no DevToolsActivePort in {START_TIMEOUT} s")
-            await asyncio.sleep(0.05)
+            raise BrowserError(f"chromium wrote no DevToolsActivePort in {START_TIMEOUT} s")
         port = int(open(port_file).read().split()[0])
         self.http = aiohttp.ClientSession()
         async with self.http.get(f"http://127.0.0.1:{port}/json/list") as r:
