@@ -23,12 +23,12 @@ import errno
 import logging
 import os
 import socket
-import struct
 from typing import Callable, Optional
 
 import clowder_wire as protocol
 
 from . import fdlimit
+from .peercred import peer_creds
 from .ratelog import RateLimitedLog
 
 log = logging.getLogger("ptyhostd")
@@ -37,7 +37,6 @@ BATCH = 100  # connections accepted per wake-up, as asyncio does
 RETRY = 1.0  # seconds before accepting again when even the reserve fd is gone
 PER_UID = 256  # open connections a uid other than root and the daemon's own may hold
 REFUSAL_GRACE = 5.0  # seconds a refused client has to read its Error before we close
-_CREDS = struct.Struct("3i")
 
 
 class _Refusal(asyncio.Protocol):
@@ -131,8 +130,7 @@ class Listener:
     def _over_cap(self, conn: socket.socket) -> Optional[int]:
         """The peer's uid if it is at its cap, else None (and the connection counted)."""
         try:
-            _pid, uid, _gid = _CREDS.unpack(
-                conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
+            _pid, uid, _gid = peer_creds(conn)
         except OSError:
             return None  # the Connection finds out, and says so
         if uid in self._exempt:

@@ -15,12 +15,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import struct
 from typing import Optional
 
 import clowder_wire as protocol
 from clowder_common import __version__
+from clowder_common.peercred import peer_creds
 
 from . import journal
 from .hostclient import HostError, open_host
@@ -28,7 +27,6 @@ from .mux import Mux
 from .supervisor import Supervisor
 
 log = logging.getLogger("clowder-control")
-_CREDS = struct.Struct("3i")
 # An attach through us fails this soon when the host does not greet it and send its
 # first bytes (frozen, or not back from a restart that takes this long): the client says
 # why and may retry.  One deadline for both, well inside a client's wait for an answer
@@ -73,8 +71,7 @@ class ControlServer:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         sock = writer.get_extra_info("socket")
-        _pid, uid, _gid = _CREDS.unpack(
-            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
+        _pid, uid, _gid = peer_creds(sock)
         # Each answer is drained before the next request is read (serve, Mux): what a
         # client leaves unread stays near this, plus one frame.
         writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)

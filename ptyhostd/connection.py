@@ -12,13 +12,12 @@ import asyncio
 import functools
 import logging
 import os
-import socket
-import struct
 import time
 from typing import Optional
 
 import clowder_wire as protocol
 from clowder_common import __version__
+from clowder_common.peercred import peer_creds
 
 from . import engine, handoff, inputseq, peer, pty
 from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
@@ -38,7 +37,6 @@ REQUESTS_HIGH_WATER = 2 << 20
 # to REMOVE_WAIT for that end, so `kill --signal KILL ID; rm ID` works.
 KILLED_RECENTLY = 5.0
 REMOVE_WAIT = 3.0
-_CREDS = struct.Struct("3i")
 _EOF = object()  # queued after the last request of a client that shut its side
 
 
@@ -69,8 +67,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
-        self.pid, self.uid, _gid = _CREDS.unpack(
-            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
+        self.pid, self.uid, _gid = peer_creds(sock)
         transport.set_write_buffer_limits(high=CLIENT_HIGH_WATER, low=CLIENT_LOW_WATER)
         if self.host.uid != 0 and self.uid not in (0, self.host.uid):
             self.fatal(f"uid {self.uid} may not use the PTY host of uid {self.host.uid}",

@@ -15,16 +15,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
-import struct
 
+from clowder_common.peercred import peer_creds
 from clowder_common.ratelog import RateLimitedLog
 
 from . import tokens as tokens_mod
 
 log = logging.getLogger("clowder-web")
 minted = RateLimitedLog(log)  # "login token minted" lines: one per uid an interval
-_CREDS = struct.Struct("3i")
 
 
 class Mint(asyncio.Protocol):
@@ -33,8 +31,7 @@ class Mint(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
-        pid, uid, _gid = _CREDS.unpack(
-            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size))
+        pid, uid, _gid = peer_creds(sock)
         token = self.tokens.mint(uid)
         minted.info(uid, "login token minted for uid %d (pid %d)", uid, pid,
                     extra={"CLOWDER_CAUSE": "web-token"})

@@ -24,7 +24,8 @@ import socket
 import struct
 from typing import Optional
 
-_CREDS = struct.Struct("3i")
+from clowder_common.peercred import peer_creds
+
 NOBODY = -1  # a loopback peer whose socket was not found
 
 
@@ -34,8 +35,7 @@ def uid_of(transport) -> Optional[int]:
     if sock is None:
         return NOBODY
     if sock.family == socket.AF_UNIX:
-        return _CREDS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                             _CREDS.size))[1]
+        return peer_creds(sock)[1]
     peer, ours = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
     if not peer or not ours or not ipaddress.ip_address(peer[0]).is_loopback:
         return None
