@@ -1,7 +1,10 @@
 """A hand-off's dark time, two source trees side by side (issue 13: hand-off dark <= 60 ms).
 
     python3 tools/sysinstance.py run --name NAME -- VENV/bin/python bench/handoff_dark.py \\
-        OLD_TREE,NEW_TREE 10,1000 6
+        OLD_TREE,NEW_TREE 10,1000 6 [ACTIONS]
+
+ACTIONS: figure 2's trial kinds, comma-separated (default ``hand-off``; ``restart`` and
+``kill-9`` for the blackout of a restart and of a crash, issue 13's <= 100 ms).
 
 In one systemd instance: a host with N sessions (N-1 idle, one probe running `cat` with
 the minimal client attached, figure 2's setup); each trial is figure 2's hand-off trial
@@ -45,6 +48,8 @@ def main() -> None:
     srcs = sys.argv[1].split(",")
     counts = [int(x) for x in sys.argv[2].split(",")]
     trials = int(sys.argv[3])
+    actions = [a.replace("-9", " -9") if a == "kill-9" else a
+               for a in (sys.argv[4] if len(sys.argv) > 4 else "hand-off").split(",")]
     use(srcs[0])
     conn = clowder.Conn()
     probe = clowder.spawn(conn, ["/bin/cat"], name="probe")
@@ -54,21 +59,25 @@ def main() -> None:
             clowder.spawn(conn, IDLE_ARGV)
         have = n
         conn.close()
-        got: dict[str, list[dict]] = {s: [] for s in srcs}
+        got: dict[tuple, list[dict]] = {(s, a): [] for s in srcs for a in actions}
         for t in range(trials):
             for src in (srcs if t % 2 == 0 else srcs[::-1]):
-                use(src)
-                time.sleep(0.3)  # as figure 2 leaves between trials
-                r = fig_blackout.clowder_trial("hand-off", probe, n)
-                got[src].append(r)
-                print(n, src, {k: round(v * 1e3, 1) for k, v in r.items()
-                               if isinstance(v, float)}, r.get("problem", ""), flush=True)
-        for src in srcs:
-            for key in ("old_gone", "dark", "bytes_flow"):
-                vals = [r[key] * 1e3 for r in got[src]]
-                print(f"N={n} {os.path.basename(src)} {key}: median "
-                      f"{statistics.median(vals):.1f} ms, each {[round(v) for v in vals]}",
-                      flush=True)
+                for action in actions:
+                    use(src)
+                    time.sleep(0.3)  # as figure 2 leaves between trials
+                    r = fig_blackout.clowder_trial(action, probe, n)
+                    got[src, action].append(r)
+                    print(n, action, src, {k: round(v * 1e3, 1) for k, v in r.items()
+                                           if isinstance(v, float)},
+                          r.get("problem", ""), flush=True)
+        for (src, action), rs in got.items():
+            for key in ("old_gone", "new_exec", "ready", "ps_answered", "dark",
+                        "bytes_flow"):
+                vals = [r[key] * 1e3 for r in rs if key in r]
+                if vals:
+                    print(f"N={n} {action} {os.path.basename(src)} {key}: median "
+                          f"{statistics.median(vals):.1f} ms, each "
+                          f"{[round(v) for v in vals]}", flush=True)
         conn = clowder.Conn()
     conn.close()
 
