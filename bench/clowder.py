@@ -137,7 +137,13 @@ def end_session(conn: Conn, sid: str) -> None:
 
 
 def list_sessions(conn: Conn) -> list[dict]:
-    return conn.request(P.ListSessions(), P.SessionList).sessions
+    out, after = [], ""
+    while True:  # a long list comes in pages
+        reply = conn.request(P.ListSessions(after=after), P.SessionList)
+        out += reply.sessions
+        if not reply.more or reply.more <= after:
+            return out
+        after = reply.more
 
 
 class AttachedClient(Terminal):

@@ -16,27 +16,29 @@ This package imports nothing of clowder's programs (tests/test_layering.py).
 
 from .frame import (
     PROTOCOL_VERSION, MAX_FRAME, MAX_DATA, HEADER, JSON_LEN, ProtocolError,
-    Message, register, fields_of, encode, check_header, decode, data_of, read_message,
-    FrameReader,
+    Message, register, fields_of, encode, frame_of, check_header, decode, data_of,
+    read_message, FrameReader,
 )
 from . import frame as _frame
 from .handshake import (
     refuse_hello, Hello, Welcome, Error,
 )
 from .host import (
-    AGENT_PREFIX, HOST_SET_ENV, search_dirs, SESSION_FIELDS, MAX_COLS, MAX_ROWS,
-    MAX_CELLS, fit_size, encode_output, Spawn, ListSessions, Send, GetBacklog, Wait, Kill,
-    Attach, Input, Resize, Detach, Remove, Rename, UpgradeCheck, HandOff, GetSnapshot,
-    GetHistory, GetExport, Ok, SessionInfo, SessionList, Output, Exited, Attached,
-    CheckReport, SnapshotData, InputAck, ExportHead, EVENT_KINDS, WatchEvents, Event,
+    AGENT_PREFIX, HOST_SET_ENV, search_dirs, SESSION_FIELDS, MAX_ARGV_BYTES, MAX_CWD_BYTES,
+    argv_bytes, MAX_COLS, MAX_ROWS, MAX_CELLS, fit_size, encode_output, session_list_frame, Spawn,
+    ListSessions, Send, GetBacklog, Wait, Kill, Attach, Input, Resize, Detach, Remove,
+    Rename, UpgradeCheck, HandOff, GetSnapshot, GetHistory, GetExport, Ok, SessionInfo,
+    SessionList, Output, Exited, Attached, CheckReport, SnapshotData, InputAck, ExportHead,
+    EVENT_KINDS, WatchEvents, Event,
 )
 # The union of the files' __all__ (tests/test_layering.py checks it).
 __all__ = [
     "PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
-    "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
+    "ProtocolError", "Message", "register", "fields_of", "encode", "frame_of", "check_header",
     "decode", "data_of", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
-    "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
-    "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions", "Send",
+    "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_ARGV_BYTES",
+    "MAX_CWD_BYTES", "argv_bytes", "MAX_COLS", "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output",
+    "session_list_frame", "Spawn", "ListSessions", "Send",
     "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "Remove", "Rename",
     "UpgradeCheck", "HandOff",
     "GetSnapshot", "GetHistory", "GetExport", "Ok", "SessionInfo", "SessionList", "Output", "Exited",

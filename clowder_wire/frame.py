@@ -29,7 +29,8 @@ import struct
 from .jsonpart import dumps, loads
 
 __all__ = ["PROTOCOL_VERSION", "MAX_FRAME", "MAX_DATA", "HEADER", "JSON_LEN", "KINDS",
-           "ProtocolError", "Message", "register", "fields_of", "encode", "check_header",
+           "ProtocolError", "Message", "register", "fields_of", "encode", "frame_of",
+           "check_header",
            "decode", "data_of", "read_message", "FrameReader"]
 
 PROTOCOL_VERSION = 1
@@ -146,12 +147,17 @@ def encode(msg: Message) -> bytes:
             data = bytes(value)
         else:
             obj[name] = value
-    body = dumps(obj).encode() if obj else b""
+    return frame_of(type(msg), dumps(obj).encode() if obj else b"", data)
+
+
+def frame_of(cls: type[Message], body: bytes, data: bytes = b"") -> bytes:
+    """The frame of a ``cls`` message whose JSON part, already encoded, is ``body``
+    (what ``encode`` makes, for a sender that keeps parts of its JSON encoded)."""
     length = JSON_LEN.size + len(body) + len(data)
     if length > MAX_FRAME:
-        raise ProtocolError(f"{type(msg).__name__} frame of {length} bytes exceeds {MAX_FRAME}",
+        raise ProtocolError(f"{cls.__name__} frame of {length} bytes exceeds {MAX_FRAME}",
                             "oversize")
-    return HEADER.pack(length, msg.KIND) + JSON_LEN.pack(len(body)) + body + data
+    return HEADER.pack(length, cls.KIND) + JSON_LEN.pack(len(body)) + body + data
 
 
 def check_header(header: bytes) -> tuple[int, int]:

@@ -7,7 +7,8 @@ fit_size() of its terminal.
 
 from __future__ import annotations
 
-from .frame import HEADER, JSON_LEN, Message, register
+from .frame import HEADER, JSON_LEN, Message, frame_of, register
+from .jsonpart import dumps
 
 # Session names starting with this are clowder-control's agents (``agent:NAME`` and
 # ``agent:NAME/SHELL``): the host takes them only from clowder-control (ptyhostd/peer.py).
@@ -46,14 +47,28 @@ SESSION_FIELDS = (
     "ended_by",
 )
 
+# The most a session's command line may take (its arguments' UTF-8 bytes, with a NUL
+# each, as the kernel counts them) and its working directory (PATH_MAX).  Every listing
+# and the manifest carry them, for every session: unbounded, one user's sessions could
+# make another's `ps` (and clowder-control's) too large to answer, and the host's memory
+# grow by what a Spawn frame holds, a thousand times over.
+MAX_ARGV_BYTES = 32 * 1024
+MAX_CWD_BYTES = 4096
+
+
+def argv_bytes(argv: list[str]) -> int:
+    """What a command line takes, as MAX_ARGV_BYTES counts it."""
+    return sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in argv)
+
 # The sizes a session may have.  The screen model's cost grows with the cells drawn
 # (a coloured erase of 1000x1000 measured 59 MiB and 1.6 s in pyte; 500x500, 13 MiB and
 # 0.17 s), so the cap is on cells as well as on each side: 500x500, 1000x250, 250x1000.
 MAX_COLS = MAX_ROWS = 1000
 MAX_CELLS = 250_000
 
-__all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_COLS",
-           "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output", "Spawn", "ListSessions",
+__all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_ARGV_BYTES",
+           "MAX_CWD_BYTES", "argv_bytes", "MAX_COLS", "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output",
+           "session_list_frame", "Spawn", "ListSessions",
            "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
            "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory",
            "GetExport", "Ok",
@@ -103,6 +118,9 @@ class ListSessions(Message):
     KIND = 201
     all: bool = False
     peek: bool = False
+    # The rest of a list too large for one frame: the ``more`` of the SessionList before
+    # (its last session's id).  An older host ignores it, and answers with one frame.
+    after: str = ""
 
 
 @register
@@ -290,10 +308,21 @@ class SessionInfo(Message):
 
 @register
 class SessionList(Message):
-    """Every session visible to the client."""
+    """Every session visible to the client; or, when they do not fit in one frame, a
+    page of them, in the order of their ids, and ``more`` is the id to ask on after
+    (ListSessions(after=more)) for the rest; "" once the list is whole."""
 
     KIND = 302
     sessions: list
+    more: str = ""
+
+
+def session_list_frame(sessions: list[str], more: str = "") -> bytes:
+    """The frame of SessionList(sessions=..., more=more) from each session's JSON,
+    already encoded (``dumps(info)``): the bytes ``encode`` makes, without encoding
+    every session again (the host keeps each one's, ptyhostd/session.py)."""
+    body = '{"sessions":[' + ",".join(sessions) + '],"more":' + dumps(more) + "}"
+    return frame_of(SessionList, body.encode())
 
 
 @register

@@ -285,6 +285,18 @@ class Client:
                               f"{type(msg).__name__}")
         return reply
 
+    def sessions(self, **listing) -> list[dict]:
+        """What ListSessions(**listing) lists, whole: a host sends a long list in pages
+        (SessionList.more), each asked for in turn."""
+        out, after = [], ""
+        while True:
+            reply = self.request(protocol.ListSessions(after=after, **listing),
+                                 protocol.SessionList)
+            out += reply.sessions
+            if not reply.more or reply.more <= after:  # done (or a host going nowhere)
+                return out
+            after = reply.more
+
     def close(self) -> None:
         self.sock.close()
         if self.transport is not None:

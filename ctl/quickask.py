@@ -37,7 +37,8 @@ def ask_sessions(sock, reader: P.FrameReader, frames: list, seconds: float,
         sessions = listed.sessions
     except (P.ProtocolError, KeyError, TypeError, ValueError, AttributeError):
         return None  # not what a host sends: the full path reports it
-    if not isinstance(sessions, list) or not all(isinstance(s, dict) for s in sessions):
+    if not isinstance(sessions, list) or not all(isinstance(s, dict) for s in sessions) \
+            or listed.more:  # a page of a long list: the full path asks for the rest
         return None
     del frames[1]
     return welcome, sessions

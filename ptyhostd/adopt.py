@@ -15,6 +15,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
+import clowder_wire as protocol
 from clowder_common import events, sdnotify
 
 from . import faults, fdstore, handoff, inputseq, pty
@@ -323,7 +324,8 @@ class Adoption:
         state = rec.get("state", "running")
         name = rec.get("name") or sid
         s = Session(sid, name=name if isinstance(name, str) else str(name),
-                    argv=[str(a) for a in rec.get("argv") or []], cwd=rec.get("cwd") or None,
+                    argv=_within([str(a) for a in rec.get("argv") or []]),
+                    cwd=rec.get("cwd") or None,
                     uid=int(rec.get("uid", self.uid)), cols=cols, rows=rows,
                     created=float(rec.get("created") or time.time()), ring=ring,
                     master=master, state=state if state in _STATES else "running",
@@ -532,3 +534,18 @@ def _unwatch(s: Session) -> None:
     if s.pidfd is not None:
         s.pidfd.close()
         s.pidfd = None
+
+
+def _within(argv: list[str]) -> list[str]:
+    """A recorded command line, cut to what a spawn takes now (protocol.MAX_ARGV_BYTES):
+    one recorded before that limit would make every listing that holds it too large to
+    send.  Only what ``ps`` shows: the program runs on, as it was started."""
+    if protocol.argv_bytes(argv) <= protocol.MAX_ARGV_BYTES:
+        return argv
+    kept, room = [], protocol.MAX_ARGV_BYTES
+    for arg in argv:
+        room -= len(arg.encode("utf-8", "surrogatepass")) + 1
+        if room < 0:
+            break
+        kept.append(arg)
+    return kept or [argv[0][:protocol.MAX_ARGV_BYTES // 4]]

@@ -33,6 +33,9 @@ CLIENT_LOW_WATER = 256 << 10
 # Requests read but not yet handled (e.g. Sends behind a Wait): past this many bytes
 # the client stops being read until the worker catches up, so memory stays bounded.
 REQUESTS_HIGH_WATER = 2 << 20
+# The most a SessionList carries of its sessions' JSON: past it, the list comes in pages
+# (Connection._list); a frame's room, less what the reply's own fields take.
+LIST_PAGE = protocol.MAX_DATA
 # A Remove of a session killed this recently (or whose end is being recorded) waits up
 # to REMOVE_WAIT for that end, so `kill --signal KILL ID; rm ID` works.
 KILLED_RECENTLY = 5.0
@@ -242,6 +245,32 @@ class Connection(asyncio.Protocol):
             raise RequestError(f"no such session: {_show(ref)}", "no-session")
         return s
 
+    def _list(self, msg: protocol.ListSessions) -> None:
+        """The sessions this client may see, in one SessionList; or, past LIST_PAGE
+        bytes, in pages in the order of their ids, each naming where the next starts
+        (``more``): thousands of sessions, or one user's long command lines, would
+        otherwise make a list no frame can carry, for root and clowder-control too."""
+        now, seen = time.time(), False
+        shown = [s for s in self.host.sessions.values() if self._may(s)
+                 and (msg.all or self.control or self.host.shown_in_ps(s, now))]
+        parts = [s.info_json() for s in shown]
+        more = ""
+        if msg.after or sum(map(len, parts)) + len(parts) > LIST_PAGE:
+            order = sorted((s.id, i) for i, s in enumerate(shown) if s.id > msg.after)
+            page, room = [], LIST_PAGE
+            for _sid, i in order:
+                room -= len(parts[i]) + 1
+                if room < 0 and page:
+                    more = shown[page[-1]].id
+                    break
+                page.append(i)
+            shown, parts = [shown[i] for i in page], [parts[i] for i in page]
+        for s in shown if not msg.peek else ():
+            seen = self._saw(s) or seen
+        self.write_raw(protocol.session_list_frame(parts, more))
+        if seen:
+            self.host.save()
+
     def _may(self, s: Session) -> bool:
         return self.uid == 0 or s.uid == self.uid
 
@@ -267,14 +296,7 @@ class Connection(asyncio.Protocol):
             s = await self.host.spawn(msg, self.uid, by_control=self.control)
             self.send(P.SessionInfo(session=s.info()))
         elif isinstance(msg, P.ListSessions):
-            now, seen = time.time(), False
-            shown = [s for s in self.host.sessions.values() if self._may(s)
-                     and (msg.all or self.control or self.host.shown_in_ps(s, now))]
-            for s in shown if not msg.peek else ():
-                seen = self._saw(s) or seen
-            self.send(P.SessionList(sessions=[s.info() for s in shown]))
-            if seen:
-                self.host.save()
+            self._list(msg)
         elif isinstance(msg, P.Send):
             # Answered once every byte is written to the pty (see inputqueue.py).
             s = self._session(msg.session)

@@ -214,6 +214,12 @@ class Host(Adoption):
         if req.cwd is not None and not os.path.isabs(req.cwd):
             raise RequestError(f"working directory must be absolute: {req.cwd!r}",
                                "bad-request")
+        if req.cwd is not None and \
+                len(req.cwd.encode("utf-8", "surrogatepass")) >= protocol.MAX_CWD_BYTES:
+            raise RequestError(f"a working directory may take at most "
+                               f"{protocol.MAX_CWD_BYTES - 1} bytes (PATH_MAX), not "
+                               f"{len(req.cwd.encode('utf-8', 'surrogatepass'))}",
+                               "bad-request")
         user, uid = self._run_as(req.user, client_uid)
         name = req.name or ""
         _check_name(name)
@@ -736,6 +742,11 @@ def _check_argv(argv) -> list[str]:
     if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv[:1]) \
             or not all(isinstance(a, str) and "\0" not in a for a in argv):
         raise RequestError("a command is needed (non-empty strings without NUL)",
+                           "bad-request")
+    size = protocol.argv_bytes(argv)
+    if size > protocol.MAX_ARGV_BYTES:
+        raise RequestError(f"a command line may take at most {protocol.MAX_ARGV_BYTES} "
+                           f"bytes (its arguments' UTF-8 and a NUL each), not {size}",
                            "bad-request")
     return list(argv)
 

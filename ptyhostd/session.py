@@ -28,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 import clowder_wire as protocol
+from clowder_wire.jsonpart import dumps_acyclic
 from clowder_common import events
 
 from . import engine, pty, screenmemory
@@ -351,6 +352,8 @@ class Session:
         self.input = InputQueue(self)  # what its writers sent that the pty has not taken
         self._json_key: tuple = ()
         self._json = ""
+        self._info_key: tuple = ()
+        self._info_json = ""
         # Its events (sessionevents.py), given by the host while it runs: None until then.
         self.events: Optional["SessionEvents"] = None
 
@@ -388,6 +391,17 @@ class Session:
             "cwd": self.cwd, "argv": self.argv, "agent": self.agent,
             "ended_by": self.ended_by,
         }
+
+    def info_json(self) -> str:
+        """``info()`` as the wire's JSON, re-encoded only when a field that can change
+        did: a `ps` of 1,000 sessions encoded every one each time (~2-3 ms of the host's
+        loop; 0.04 ms from these)."""
+        key = (self.name, self.pid, self.state, self.exit_code, self.signal, self.cols,
+               self.rows, self.ended_by)
+        if key != self._info_key:
+            self._info_key = key
+            self._info_json = dumps_acyclic(self.info())
+        return self._info_json
 
     def exited_message(self) -> protocol.Exited:
         return protocol.Exited(session=self.id, status=self.exit_status or "lost",

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import clowder_wire as P
+from clowder_wire.jsonpart import dumps
 
 
 def roundtrip(msg):
@@ -98,11 +99,27 @@ GROWN = {"Welcome": ("pid",),  # the daemon's pid, for ptyhostd --hand-off
          "StatusReport": ("sessions",),  # plain sessions, listed apart (issue 14)
          "Spawn": ("resumes",),  # the session of a previous boot it opens on (issue 17)
          # Scrollback sent with the repaint, from the same look (issue 13).
-         "Attach": ("history", "history_format")}
+         "Attach": ("history", "history_format"),
+         # A list too large for one frame comes in pages (test_hostile_listing.py).
+         "SessionList": ("more",), "ListSessions": ("after",)}
 
 
 def test_fast_output_frame_matches_generic_encoding():
     assert P.encode_output(b"abc") == P.encode(P.Output(data=b"abc"))
+
+
+def test_session_list_from_encoded_sessions_matches_generic_encoding():
+    """The host's SessionList from its sessions' kept JSON (ptyhostd/session.py
+    info_json) is the frame ``encode`` makes, and the limit on one is checked."""
+    sessions = [{"id": "ab12", "argv": ["sh", "-c", "\u00e9\U0001f600\x7f\"\\"],
+                 "created": 1765000000.125, "pid": 7, "agent": False, "cwd": None},
+                {"id": "cd34", "argv": [], "exit_code": -1, "signal": 9}]
+    for listed, more in ((sessions, ""), (sessions[:1], "ab12"), ([], "")):
+        assert P.session_list_frame([dumps(s) for s in listed], more) == \
+            P.encode(P.SessionList(sessions=listed, more=more))
+    with pytest.raises(P.ProtocolError, match="exceeds"):
+        P.session_list_frame(['"' + "x" * P.MAX_FRAME + '"'])
+    assert P.argv_bytes(["sh", "\u00e9"]) == 3 + 3  # UTF-8 and a NUL each
 
 
 def test_split_anywhere_reassembles():
@@ -210,6 +227,8 @@ def test_json_parts_are_what_json_dumps_writes(value, separators):
     from clowder_wire import jsonpart
     want = json.dumps(value, separators=separators)
     assert jsonpart.dumps(value, separators) == want
+    if separators == jsonpart.COMPACT:  # and the host's encoder of session info
+        assert jsonpart.dumps_acyclic(value) == want
     # Read back as json reads it (1 and "1" as keys are one key then: compare as written).
     assert json.dumps(jsonpart.loads(want.encode())) == json.dumps(json.loads(want))
 

@@ -67,11 +67,19 @@ async def list_sessions(path: str) -> list[dict]:
     """Every session the host shows root in `ps` (the caller filters by uid)."""
     link = await Link.open(path)
     try:
-        link.send(protocol.ListSessions(peek=True))  # a browser never marks an end seen
-        reply = await asyncio.wait_for(link.read(), TIMEOUT)
-        if not isinstance(reply, protocol.SessionList):
-            raise HostError(f"the PTY host answered ListSessions with {type(reply).__name__}")
-        return reply.sessions
+        out: list[dict] = []
+        after = ""
+        while True:  # a long list comes in pages (SessionList.more)
+            # peek: a browser never marks an end seen
+            link.send(protocol.ListSessions(peek=True, after=after))
+            reply = await asyncio.wait_for(link.read(), TIMEOUT)
+            if not isinstance(reply, protocol.SessionList):
+                raise HostError(f"the PTY host answered ListSessions with "
+                                f"{type(reply).__name__}")
+            out += reply.sessions
+            if not reply.more or reply.more <= after:  # done (or a host going nowhere)
+                return out
+            after = reply.more
     except (OSError, asyncio.IncompleteReadError) as exc:
         raise HostError(f"the PTY host dropped the connection: {exc}") from exc
     except asyncio.TimeoutError:

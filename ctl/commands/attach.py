@@ -407,7 +407,7 @@ def _most_recent(args) -> str:
     with Client(args.socket) as c:
         uid = c.welcome.uid if c.welcome is not None else os.getuid()
         # peek: a lookup, not a listing anyone reads (ended ones stay unseen).
-        sessions = c.request(protocol.ListSessions(peek=True), protocol.SessionList).sessions
+        sessions = c.sessions(peek=True)
     chosen = firstpaint.newest_running(sessions, uid, inside)
     if chosen is None:
         raise ClientError("you have no running session to attach to: give an ID, or "

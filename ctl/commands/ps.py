@@ -3,8 +3,6 @@ seen (this listing, `wait` or an attach shows it); --all: every ended one kept t
 
 import json
 
-import clowder_wire as protocol
-
 from ..client import Client
 from ..pstable import COLUMNS, oldest_first, print_table, row
 from ..text import shown
@@ -40,7 +38,7 @@ def add_parser(sub):
 def sessions_of(target, all_: bool) -> list[dict]:
     """The sessions the PTY host at ``target`` lists, oldest first."""
     with Client(target) as c:
-        sessions = c.request(protocol.ListSessions(all=all_), protocol.SessionList).sessions
+        sessions = c.sessions(all=all_)
     return oldest_first(sessions)
 
 
