@@ -181,6 +181,17 @@ def test_the_web_page_states_the_limits_the_code_has(generated):
         assert "max_headers=32" in f.read(), "webd/__main__.py's header limit changed"
 
 
+def test_clowderctl_page_states_the_spawn_limits_the_host_has(generated):
+    """clowderctl(1)'s limits on a session's command line and directory are the wire's
+    (tests/test_hostile_listing.py checks the host refuses past them)."""
+    import clowder_wire as P
+    with open(os.path.join(generated, "man", "clowderctl.1")) as f:
+        page = " ".join(plain(f.read()).split())
+    for said in (f"command line may take at most {P.MAX_ARGV_BYTES // 1024} KiB",
+                 f"working directory at most {P.MAX_CWD_BYTES - 1:,} bytes"):
+        assert said in page, f"clowderctl(1) does not say {said!r}"
+
+
 # --- the completions ------------------------------------------------------------------
 
 
