@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import signal
+import sys
+
+# No cyclic garbage collection until READY: the start makes tens of thousands of
+# objects (modules, then a Session and its parts a session) and keeps every one, so each
+# collection it would run is pure cost on a restart's blackout (~4 ms of it at 1,000
+# sessions, docs/design.md "Start: adopt and reconcile").  At READY they are frozen
+# (left out of collections) and collection is enabled: else the first one, over all of
+# them, fell on the first clients' requests.  _after_the_clients unfreezes them.
+# Only when this is the program (`-m ptyhostd`, or a wrapper named ptyhostd), not a
+# process that imports the module for its parser (packaging/gendocs.py, the tests).
+if sys.argv[0].endswith(("ptyhostd", "ptyhostd/__main__.py")):
+    gc.disable()
 
 # Before the ~100 ms of imports below: a SIGTERM (a stop) that arrives while we start
 # must end the sessions properly once we can, not kill us half-way through adoption.
@@ -14,7 +27,6 @@ signal.signal(signal.SIGHUP, signal.SIG_IGN)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})  # see handoff
 
 import os  # noqa: E402
-import sys  # noqa: E402
 
 # ExecReload's client (ptyhostd/reload.py) needs only the wire package: it is dispatched
 # before the imports below, so that an installed build too broken to import is still
@@ -231,6 +243,8 @@ async def _serve(args) -> None:
                                             **events.fields("handoff-done")})
     sdnotify.notify(f"READY=1\nSTATUS=serving {len(host.sessions)} sessions {how}".rstrip())
     host.last_request = time.monotonic()  # quiet is counted from READY
+    gc.freeze()
+    gc.enable()
     host._spawn_task(_after_the_clients(host))  # kept, and its failure logged
     if watchdog is not None and handed is None:
         watchdog.start(loop)
@@ -254,6 +268,8 @@ async def _after_the_clients(host: Host) -> None:
     seconds (AFTER_START after the start at the latest): a restart's clients reconnect,
     list and attach in its first milliseconds, and wait behind whatever runs then.
 
+    - The start's objects, frozen at READY, seen by the garbage collector again (the
+      first collection over them would cost the clients a few ms: see the top).
     - The link to systemd (jeepney's import and the authentication, ~5 ms of the loop);
       opened before any stop can come that is not right after a client's request, as a
       stop asks systemd whether it is a restart (Manager.own_job_type).
@@ -266,6 +282,7 @@ async def _after_the_clients(host: Host) -> None:
     latest = time.monotonic() + AFTER_START
     while (now := time.monotonic()) < latest and now - host.last_request < QUIET:
         await asyncio.sleep(min(QUIET - (now - host.last_request), latest - now))
+    gc.unfreeze()  # the start's objects are collected again, as any (see the top)
     host.manager.link_now()
     await loop.run_in_executor(screenwork.POOL, engine.preload)
 

@@ -52,3 +52,18 @@ def test_the_start_reads_its_command_line_without_argparse():
             "m._parse(None); print('argparse' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("argv0, collecting", [("/usr/bin/ptyhostd", False),
+                                               ("/opt/x/ptyhostd/__main__.py", False),
+                                               ("/usr/bin/pytest", True)])
+def test_the_collector_is_off_only_in_the_host_itself(argv0, collecting):
+    """The host starts with garbage collection off (its start keeps every object it
+    makes: ptyhostd/__main__.py, docs/design.md "Start: adopt and reconcile"); a process
+    that imports the module for its parser (packaging/gendocs.py, these tests) keeps
+    its collector."""
+    code = ("import sys; sys.argv[0] = %r; import gc, ptyhostd.__main__; "
+            "print(gc.isenabled())" % argv0)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    assert out == str(collecting)
