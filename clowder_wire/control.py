@@ -66,6 +66,9 @@ class StatusReport(Message):
     sessions: list = []
     problems: list = []
     host: dict = {}
+    # Sessions left out of ``sessions`` and ``unclaimed`` to keep the report within a
+    # frame (clowder-control lists at most 512 KiB of them; `ps` lists every one).
+    omitted: int = 0
 
 
 @register

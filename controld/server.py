@@ -253,7 +253,7 @@ class ControlServer:
                     host.pop("sessions", None)
                 return P.StatusReport(agents=st["agents"], unclaimed=st["unclaimed"],
                                       sessions=st["sessions"], problems=st["problems"],
-                                      host=host)
+                                      host=host, omitted=st["omitted"])
             if isinstance(msg, P.GetLogs):
                 if not sup.may_drive(uid, msg.agent):
                     return P.Error(message=f"uid {uid} may not read the logs of agent "

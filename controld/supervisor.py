@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import clowder_wire as protocol
+from clowder_wire.jsonpart import dumps
 from clowder_common import events
 
 from . import agentevents
@@ -45,6 +46,11 @@ log = logging.getLogger("clowder-control")
 
 PREFIX = protocol.AGENT_PREFIX
 RESPAWN_DELAYS = (0.5, 1, 2, 5, 10, 30)  # seconds, after a program ends by itself
+# The most a status lists of plain and unclaimed sessions (their briefs' JSON): the rest
+# are counted (``omitted``).  A frame holds 1 MiB, and one user's 450 sessions named
+# with 200 emoji each (12 bytes of JSON apiece) would otherwise make root's status too
+# large to send, and with it every status of this daemon.
+STATUS_SESSIONS_BYTES = 512 * 1024
 DECAY_SECONDS = 30  # each this long the ended session ran forgives one failure
 
 
@@ -810,18 +816,25 @@ class Supervisor:
         only what is theirs: the agents whose ``user:`` they are, the sessions they run,
         and no problems (they name agents, paths and files).  Running sessions no agent
         has are ``sessions`` (plain ones, not a problem) and ``unclaimed`` (named like
-        an agent's, but not one)."""
+        an agent's, but not one), within STATUS_SESSIONS_BYTES; ``omitted`` counts
+        those left out (`clowderctl ps` lists every one)."""
         everything = viewer is None or viewer in (0, self.uid)
-        mine = [s for s in self.unclaimed if everything or s.get("uid") == viewer]
-
-        def brief(s: dict) -> dict:
-            return {k: s.get(k) for k in ("id", "name", "pid", "unit")}
+        briefs, omitted, room = [], 0, STATUS_SESSIONS_BYTES
+        for s in self.unclaimed:
+            if everything or s.get("uid") == viewer:
+                brief = {k: s.get(k) for k in ("id", "name", "pid", "unit")}
+                room -= len(dumps(brief)) + 1
+                if room < 0:
+                    omitted += 1
+                else:
+                    briefs.append(brief)
         return {"agents": [self.agent_status(n) for n in sorted(self.runtimes)
                            if everything or self.may_drive(viewer, n)],
-                "sessions": [brief(s) for s in mine
-                             if not (s.get("name") or "").startswith(PREFIX)],
-                "unclaimed": [brief(s) for s in mine
-                              if (s.get("name") or "").startswith(PREFIX)],
+                "sessions": [b for b in briefs
+                             if not (b.get("name") or "").startswith(PREFIX)],
+                "unclaimed": [b for b in briefs
+                              if (b.get("name") or "").startswith(PREFIX)],
+                "omitted": omitted,
                 "problems": list(self.problems) if everything else []}
 
 

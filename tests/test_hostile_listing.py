@@ -8,10 +8,16 @@ list.  One user could so break root's and clowder-control's view of every other 
 Now a command line and a working directory are bounded at spawn
 (``MAX_ARGV_BYTES``, ``MAX_CWD_BYTES``) and a long list comes in pages, each within a
 frame, that the clients ask for in turn (``SessionList.more``).
+
+clowder-control's status lists the plain sessions too, and names are bounded by
+characters, not bytes: 200 emoji are 2,400 bytes of JSON, so one user's ~450 sessions
+made root's status fail the same way.  It lists at most 512 KiB of them now and counts
+the rest (``StatusReport.omitted``).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 
 import clowder_wire as P
@@ -19,6 +25,7 @@ from ctl.client import Client
 from hostile import connect_as
 from test_access import system_host  # noqa: F401  (alice, bob, mallory and the host)
 from test_ending import control_socket
+from controld.supervisor import STATUS_SESSIONS_BYTES
 
 BASE = ["/bin/sh", "-c", "exec sleep 100000", "--"]
 ARG = "y" * 8000
@@ -102,3 +109,29 @@ def test_a_list_larger_than_a_frame_comes_whole_to_everyone(system_host):
         status = c.request(P.GetStatus(), P.StatusReport)
     assert status.host.get("answering") is True, status.host
     assert status.host.get("sessions", 0) >= COUNT, status.host
+
+
+EMOJI = "\U0001f600"  # printable (So), and 12 bytes of JSON: \ud83d\ude00
+NAMED = 480  # sessions named with 190 emoji: ~1.15 MB of status, over a frame
+
+
+def test_one_users_long_names_leave_roots_status_whole(system_host):
+    h = system_host
+    with Client(h.socket, timeout=60) as c:
+        ids = {c.request(P.Spawn(argv=["sleep", "100000"], user="alice",
+                                 name=f"{i:03d}" + EMOJI * 190), P.SessionInfo).session["id"]
+               for i in range(NAMED)}
+
+    with Client(control_socket(h), timeout=60, peer="clowder-control") as c:
+        report = c.request(P.GetStatus(), P.StatusReport)
+    listed = {s["id"] for s in report.sessions}
+    assert report.omitted > 0, "every session fit: the test no longer goes past a frame"
+    assert listed <= ids and len(listed) + report.omitted == NAMED, \
+        (len(listed), report.omitted)
+    assert len(json.dumps(report.sessions, separators=(",", ":"))) <= STATUS_SESSIONS_BYTES + 2
+    assert report.host.get("sessions") == NAMED, report.host
+    # The command line says so, and root's ps lists every one.
+    out = h.ctl("status").stdout.decode()
+    assert f"and {report.omitted} more sessions" in out, out[-500:]
+    assert json.loads(h.ctl("status", "--json").stdout)["omitted"] == report.omitted
+    assert ids <= set(h.ps())

@@ -96,7 +96,7 @@ def test_frames_of_the_last_version_are_read_and_written_alike(text, frame):
 
 # Optional fields added since LAST_VERSION_FRAMES were taken.
 GROWN = {"Welcome": ("pid",),  # the daemon's pid, for ptyhostd --hand-off
-         "StatusReport": ("sessions",),  # plain sessions, listed apart (issue 14)
+         "StatusReport": ("sessions", "omitted"),  # plain sessions (issue 14); a bound
          "Spawn": ("resumes",),  # the session of a previous boot it opens on (issue 17)
          # Scrollback sent with the repaint, from the same look (issue 13).
          "Attach": ("history", "history_format"),

@@ -17,7 +17,8 @@ It exits {exits.UNREACHABLE} (unreachable) when clowder-control answered but the
 not: the agents are then shown as clowder-control last knew them.
 
 --json prints one object: {{"agents": [...], "sessions": [...], "unclaimed": [...],
-  "problems": [...], "host": {{"answering": true|false, "error": why not, ...}}}}
+  "problems": [...], "host": {{"answering": true|false, "error": why not, ...}},
+  "omitted": sessions left out of the two lists (past 512 KiB of them; ps lists all)}}
 
 Over several hosts (--host A --host B, or the client configuration's hosts:), one agents
   table and one sessions table with a HOST column (when more than one), each host asked
@@ -92,7 +93,7 @@ def code_of(rep: protocol.StatusReport) -> int:
 
 def as_json(rep: protocol.StatusReport) -> dict:
     return {"agents": rep.agents, "sessions": rep.sessions, "unclaimed": rep.unclaimed,
-            "problems": rep.problems, "host": rep.host}
+            "problems": rep.problems, "host": rep.host, "omitted": rep.omitted}
 
 
 def agent_row(a: dict) -> tuple:
@@ -123,6 +124,9 @@ def run(args) -> int:
     for s in rep.unclaimed:
         print(f"unclaimed session {shown(s['id'])} ({shown(s['name'])}, pid "
               f"{shown(s['pid'])}): named like an agent's but not one; left alone")
+    if rep.omitted:
+        print(f"and {rep.omitted} more sessions, not listed here: `clowderctl ps` lists "
+              f"every one")
     for p in rep.problems:
         print(f"problem: {shown(p)}")
     if code != exits.OK:
@@ -165,6 +169,9 @@ def run_fleet(args) -> int:
         for s in a.value.unclaimed:
             print(shown(f"{prefix}unclaimed session {s['id']} ({s['name']}, pid "
                         f"{s['pid']}): named like an agent's but not one; left alone"))
+        if a.value.omitted:
+            print(shown(f"{prefix}and {a.value.omitted} more sessions, not listed here: "
+                        f"`clowderctl ps` lists every one"))
         for p in a.value.problems:
             print(shown(f"{prefix}problem: {p}"))
         if code_of(a.value) != exits.OK:
