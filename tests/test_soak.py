@@ -13,7 +13,9 @@ clowder-control, for user units the re-exec of the user manager that a systemd u
 triggers (SIGRTMIN+25 to ``user@UID.service``, what Debian's systemd postinst sends),
 big pastes into a reading program, and issue 12's hostile neighbours: a client flooding
 backlog requests it never reads, one flooding clowder-control's file service the same
-way, and a session printing escape-sequence bombs at the largest size; and a reboot
+way, a session printing escape-sequence bombs at the largest size, and one user's
+sessions with the longest names and command lines a spawn takes, enough for a session
+list longer than a frame (ps must list every one whole, in pages); and a reboot
 (issue 17): a nested box (tests/rebootbox.py), booted once with its state directories
 kept, powered off under its own live sessions and booted again (at most every REST
 seconds), and a power cut of the same box (its PID 1 killed: only the periodic saves
@@ -77,7 +79,7 @@ CONTROL_RSS_BOUND = 192 << 20
 WEB_RSS_BOUND = 128 << 20
 # Seconds an event kind rests after it was thrown before it is thrown again: a reboot
 # takes seconds (a poweroff, a boot, the checks), and a run of them would be the run.
-REST = {"reboot": 20.0, "power-cut": 20.0}
+REST = {"reboot": 20.0, "power-cut": 20.0, "long-listing": 10.0}
 # The web view's events (clowder-web exists for the system scope only); after each,
 # clowder-web must serve a fresh login and list every counter within WEB_BACK seconds.
 WEB_EVENTS = frozenset({"web-flood", "web-kill-9", "web-restart"})
@@ -85,6 +87,13 @@ WEB_BACK = 30.0
 WEB_FLOODS = 4  # connections flooding clowder-web held at once, the oldest leaving
 WEB_FLOOD_LIMIT = 32 << 20  # what one sends at most (as the host's floods)
 WEB_FLOOD_SECONDS = 5.0  # and for how long (a flood of 401s is read as it is answered)
+
+# "long-listing": one user's sessions with the longest names (200 characters, 12 bytes
+# of JSON an emoji) and command lines (MAX_ARGV_BYTES) a spawn takes, so many that the
+# list of sessions is longer than a frame (test_hostile_listing.py).
+LONG_NAME = "\U0001f600" * 190
+LONG_ARGS = ["y" * 8000] * 4
+LONG_SESSIONS = 32  # ~35 KB each as listed: ~1.1 MB, past a frame's 1 MiB
 
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
@@ -209,6 +218,7 @@ class Soak:
         self.failed_events: list[str] = []
         self.pastes: list[tuple[str, str, str]] = []  # (sid, file, sha256)
         self.exits: dict[str, int] = {}  # sid -> the code it exits with
+        self.long_flags: list[str] = []  # the long-listing events' flag files
         self.typed = 0
         self.stalled: list[socket.socket] = []  # the client that never reads (start)
         self.floods: list[socket.socket] = []  # hoarders that never read (issue 12)
@@ -526,6 +536,26 @@ class Soak:
                               name=f"soak-exit{len(self.exits)}")
         self.exits[sid] = code
 
+    def long_listing(self) -> None:
+        """Sessions with the longest names and command lines a spawn takes, enough for
+        a list longer than a frame: ps lists every one, whole (in pages), and
+        clowder-control's status answers; then they end and are removed."""
+        flag = f"/tmp/soak-long-{os.getpid()}-{len(self.long_flags)}"
+        open(flag, "w").close()
+        self.long_flags.append(flag)
+        argv = ["sh", "-c", f"while [ -e {flag} ]; do sleep 0.2; done", "--", *LONG_ARGS]
+        sids = [self.host.spawn(*argv, name=f"{i:02d}{LONG_NAME}")
+                for i in range(LONG_SESSIONS)]
+        listed = self.host.ps()
+        missing = [sid for sid in sids if listed.get(sid, {}).get("argv") != argv]
+        assert not missing, f"ps left out (or cut) {len(missing)} of {len(sids)} sessions"
+        status = json.loads(self.host.ctl("status", "--json", check=False).stdout or "{}")
+        assert status.get("host", {}).get("answering"), f"status: {status.get('host')}"
+        os.unlink(flag)
+        wait_for(lambda: all(self.host.ps()[sid]["state"] == "exited" for sid in sids), 30,
+                 "the long-listing sessions to end")
+        self.host.ctl("rm", *sids)
+
     def reboot(self) -> None:
         self.box.reboot()
 
@@ -540,7 +570,8 @@ class Soak:
               "control-kill-9": self.control_kill9, "paste": self.paste,
               "exit": self.exiter, "flood": self.flood, "bomb": self.bomb,
               "service-flood": self.service_flood, "reboot": self.reboot,
-              "power-cut": self.power_cut, "journal-stall": self.journal_stall}
+              "power-cut": self.power_cut, "journal-stall": self.journal_stall,
+              "long-listing": self.long_listing}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         else:  # the web view has system units only
@@ -646,6 +677,9 @@ class Soak:
         for _sid, path, _digest in self.pastes:
             if os.path.exists(path):
                 os.unlink(path)
+        for flag in self.long_flags:  # a failed long-listing's sessions end with it
+            if os.path.exists(flag):
+                os.unlink(flag)
         if self.box is not None:
             self.box.close()
 
