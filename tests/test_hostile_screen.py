@@ -59,9 +59,12 @@ LONG = {
     "osc-megabytes": (b"\x1b]0;", b"t", 3 * MiB, b"\x07"),
     "long-line": (b"", b"y", 2 * MiB, b""),
 }
+# The bomb's parts come in the environment (up to ~70 KB of hex: more than a command
+# line may take, MAX_ARGV_BYTES, and an environment is not kept or listed).
 WRITER = ("import sys, os\n"
-          "head, body, tail = (bytes.fromhex(a) for a in sys.argv[1:4])\n"
-          "data = head + body * int(sys.argv[4]) + tail\n"
+          "head, body, tail, times = os.environ['BOMB'].split(' ')\n"
+          "head, body, tail = (bytes.fromhex(a) for a in (head, body, tail))\n"
+          "data = head + body * int(times) + tail\n"
           "sys.stdout.buffer.write(data + b'\\r\\nBOMB-END\\r\\n'); sys.stdout.flush()\n"
           "os.execvp('sleep', ['sleep', '100000'])\n")
 ANSWER = 30.0  # seconds a snapshot, history or repaint of a bomb may take (measured: < 3)
@@ -74,12 +77,14 @@ P99 = 0.2  # seconds: another session's send->echo round trip while the bomb is 
 P99_STORM = 2.0
 
 
-def bomb_argv(name: str) -> list[str]:
+def spawn_bomb(host, name: str) -> str:
+    """A session at the largest size that prints bomb ``name``, then sleeps."""
     if name in BOMBS:
         head, body, times, tail = b"", BOMBS[name], FILL // len(BOMBS[name]) + 1, b""
     else:
         head, body, times, tail = LONG[name]
-    return [PYTHON, "-c", WRITER, head.hex(), body.hex(), tail.hex(), str(times)]
+    return host.spawn(PYTHON, "-c", WRITER, size=f"{COLS}x{ROWS}",
+                      env=f"BOMB={head.hex()} {body.hex()} {tail.hex()} {times}")
 
 
 class Echo:
@@ -171,7 +176,7 @@ def test_each_bomb_costs_bounded_time_and_memory_and_others_echo(host, engine):
     rows = []
     try:
         for name in [*BOMBS, *LONG]:
-            sid = host.spawn(*bomb_argv(name), size=f"{COLS}x{ROWS}")
+            sid = spawn_bomb(host, name)
             wait_for(lambda: b"BOMB-END" in host.backlog(sid), 60, f"{name}: the bomb written")
             mem = Memory(pid)
             with echo:
@@ -230,7 +235,7 @@ def test_many_bombs_at_once_leave_echo_quick(host, engine):
             except Exception as exc:  # reported below, in the test's thread
                 errors.append(exc)
         with echo:
-            sids = [host.spawn(*bomb_argv(name), size=f"{COLS}x{ROWS}") for name in BOMBS]
+            sids = [spawn_bomb(host, name) for name in BOMBS]
             for sid in sids:
                 wait_for(lambda: b"BOMB-END" in host.backlog(sid), 60, "the bombs written")
             threads = [threading.Thread(target=snapshot, args=(sid,)) for sid in sids]

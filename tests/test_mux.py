@@ -41,7 +41,8 @@ class _Supervisor:
         return agentevents.make("state", name, activity="idle", attention="none")
 
     def status(self, viewer=None):
-        return {"agents": [{"name": "a"}], "sessions": [], "unclaimed": [], "problems": []}
+        return {"agents": [{"name": "a"}], "sessions": [], "unclaimed": [], "problems": [],
+                "omitted": 0}
 
     def may_drive(self, uid: int, name: str) -> bool:
         return True  # the tests' client is the daemon's own uid
