@@ -42,6 +42,7 @@ A new failure mode found elsewhere becomes one more entry in EVENTS.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import http.client
 import json
@@ -218,7 +219,7 @@ class Soak:
         self.failed_events: list[str] = []
         self.pastes: list[tuple[str, str, str]] = []  # (sid, file, sha256)
         self.exits: dict[str, int] = {}  # sid -> the code it exits with
-        self.long_flags: list[str] = []  # the long-listing events' flag files
+        self.long_locks: list[tuple[int, str]] = []  # the long-listing events' locks
         self.typed = 0
         self.stalled: list[socket.socket] = []  # the client that never reads (start)
         self.floods: list[socket.socket] = []  # hoarders that never read (issue 12)
@@ -540,10 +541,14 @@ class Soak:
         """Sessions with the longest names and command lines a spawn takes, enough for
         a list longer than a frame: ps lists every one, whole (in pages), and
         clowder-control's status answers; then they end and are removed."""
-        flag = f"/tmp/soak-long-{os.getpid()}-{len(self.long_flags)}"
-        open(flag, "w").close()
-        self.long_flags.append(flag)
-        argv = ["sh", "-c", f"while [ -e {flag} ]; do sleep 0.2; done", "--", *LONG_ARGS]
+        # Each session's program waits for a lock held here (flock(1)): they all end
+        # when it is let go.
+        path = f"/tmp/soak-long-{os.getpid()}-{len(self.long_locks)}"
+        lock = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        os.fchmod(lock, 0o644)  # a user unit's sessions open it too
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        self.long_locks.append((lock, path))
+        argv = ["flock", "--shared", path, "true", *LONG_ARGS]
         sids = [self.host.spawn(*argv, name=f"{i:02d}{LONG_NAME}")
                 for i in range(LONG_SESSIONS)]
         listed = self.host.ps()
@@ -551,7 +556,7 @@ class Soak:
         assert not missing, f"ps left out (or cut) {len(missing)} of {len(sids)} sessions"
         status = json.loads(self.host.ctl("status", "--json", check=False).stdout or "{}")
         assert status.get("host", {}).get("answering"), f"status: {status.get('host')}"
-        os.unlink(flag)
+        fcntl.flock(lock, fcntl.LOCK_UN)
         wait_for(lambda: all(self.host.ps()[sid]["state"] == "exited" for sid in sids), 30,
                  "the long-listing sessions to end")
         self.host.ctl("rm", *sids)
@@ -677,9 +682,9 @@ class Soak:
         for _sid, path, _digest in self.pastes:
             if os.path.exists(path):
                 os.unlink(path)
-        for flag in self.long_flags:  # a failed long-listing's sessions end with it
-            if os.path.exists(flag):
-                os.unlink(flag)
+        for lock, path in self.long_locks:  # a failed long-listing's sessions end too
+            os.close(lock)
+            os.unlink(path)
         if self.box is not None:
             self.box.close()
 
