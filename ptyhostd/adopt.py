@@ -544,7 +544,7 @@ def _within(argv: list[str]) -> list[str]:
         return argv
     kept, room = [], protocol.MAX_ARGV_BYTES
     for arg in argv:
-        room -= len(arg.encode("utf-8", "surrogatepass")) + 1
+        room -= protocol.argv_bytes([arg])
         if room < 0:
             break
         kept.append(arg)

@@ -214,11 +214,10 @@ class Host(Adoption):
         if req.cwd is not None and not os.path.isabs(req.cwd):
             raise RequestError(f"working directory must be absolute: {req.cwd!r}",
                                "bad-request")
-        if req.cwd is not None and \
-                len(req.cwd.encode("utf-8", "surrogatepass")) >= protocol.MAX_CWD_BYTES:
+        size = protocol.argv_bytes([req.cwd]) - 1 if req.cwd is not None else 0
+        if size >= protocol.MAX_CWD_BYTES:
             raise RequestError(f"a working directory may take at most "
-                               f"{protocol.MAX_CWD_BYTES - 1} bytes (PATH_MAX), not "
-                               f"{len(req.cwd.encode('utf-8', 'surrogatepass'))}",
+                               f"{protocol.MAX_CWD_BYTES - 1} bytes (PATH_MAX), not {size}",
                                "bad-request")
         user, uid = self._run_as(req.user, client_uid)
         name = req.name or ""
