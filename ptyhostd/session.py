@@ -351,7 +351,7 @@ class Session:
         self.size_owner: Optional[Attachment] = None  # the client that typed last
         self.input = InputQueue(self)  # what its writers sent that the pty has not taken
         self._json_key: tuple = ()
-        self._json = ""
+        self._json = b""
         self._info_key: tuple = ()
         self._info_json = ""
         # Its events (sessionevents.py), given by the host while it runs: None until then.
@@ -369,8 +369,9 @@ class Session:
             "agent": self.agent, "seen": self.seen, "ended_by": self.ended_by,
         }
 
-    def record_json(self) -> str:
-        """``to_record()`` as JSON, re-encoded only when a field that can change did.
+    def record_json(self) -> bytes:
+        """``to_record()`` as JSON (ASCII bytes, as the manifest writes them), re-encoded
+        only when a field that can change did.
 
         The manifest is rewritten whole after every change of the table: encoding every
         session each time made a change cost milliseconds at 1,000 sessions.
@@ -379,7 +380,7 @@ class Session:
                self.signal, self.ended_at, self.cols, self.rows, self.seen, self.ended_by)
         if key != self._json_key:
             self._json_key = key
-            self._json = json.dumps(self.to_record(), separators=(",", ":"))
+            self._json = json.dumps(self.to_record(), separators=(",", ":")).encode()
         return self._json
 
     def info(self) -> dict:

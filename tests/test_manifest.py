@@ -10,7 +10,7 @@ import pytest
 from ptyhostd import manifest
 from ptyhostd.manifest import SLOTS, Manifest
 
-RECORDS = ['{"id":"a1","state":"running","argv":["sh"]}', '{"id":"b2","state":"exited"}']
+RECORDS = [b'{"id":"a1","state":"running","argv":["sh"]}', b'{"id":"b2","state":"exited"}']
 
 
 def parked(m: Manifest) -> dict[str, int]:
@@ -89,3 +89,30 @@ def test_the_older_copy_is_parsed_only_when_the_newer_is_unusable(monkeypatch):
     got.close()
     m.close()
     assert [r["id"] for r in content["sessions"]] == ["a1"] and len(parsed) == 1
+
+
+def _record(i: int, size: int) -> bytes:
+    pad = "x" * max(0, size - 30)
+    return b'{"id":"s%05d","argv":["%s"]}' % (i, pad.encode())
+
+
+@pytest.mark.parametrize("sizes", [
+    [], [10], [manifest._RUN], [manifest._RUN - 1, manifest._RUN, 5, 40_000, 3],
+    [40_000] * 3 + [200] * 3000,  # the short ones past a run's bytes and IOV_MAX at once
+    [35_000] * 1100,  # more long records than one pwritev takes
+])
+def test_a_body_of_long_and_short_records_is_their_comma_join(sizes):
+    """The long records are written from where they are (no copy), the short ones in
+    runs: what a next start reads must be exactly the records joined by commas."""
+    records = [_record(i, n) for i, n in enumerate(sizes)]
+    m = Manifest.create()
+    m.write_sessions(records, left="restart")
+    fd = m.fds[SLOTS[m.generation % 2]].fd
+    gen, length, crc = manifest._header(fd)
+    body = os.pread(fd, length, manifest._HEADER.size)
+    assert body == b'{"version":1,"sessions":[%s],"left":"restart"}' % b",".join(records)
+    assert os.fstat(fd).st_size == manifest._HEADER.size + length  # nothing stale after it
+    got, content = Manifest.adopt(parked(m))
+    assert [r["id"] for r in content["sessions"]] == ["s%05d" % i for i in range(len(sizes))]
+    got.close()
+    m.close()
