@@ -90,8 +90,8 @@ class Adoption:
             # written again without it, when it lists exactly the sessions taken;
             # else the table, encoded (Manifest.unmark).
             ids = {r.get("id") for r in records if isinstance(r, dict)}
-            if ids != host.sessions.keys() or not manifest.unmark():
-                host.save()
+            if ids != host.sessions.keys() or not host.writer.now(Manifest.unmark):
+                host.save_now()
         for fd in stored.get(handoff.SCREENS, []):
             host._spawn_task(host._seed_screens(handoff.unpack_screens(fd)))
         host._spawn_task(host.keep_screens())
@@ -149,7 +149,7 @@ class Adoption:
                 fdstore.unpark(f"{kind}.{sid}")
         self._enforce_exited_cap()
         if save_now:
-            self.save()  # no valid manifest was parked: there must be one now
+            self.save_now()  # no valid manifest was parked: there must be one now
         self._spawn_task(self._after_start(save=not save_now))
         live = sum(1 for s in self.sessions.values() if s.state == "running")
         log.info("adopted %d sessions (%d running)", len(self.sessions), live,
@@ -205,7 +205,7 @@ class Adoption:
             log.info("%d sessions restored from the state directory %s", restored,
                      self.state_dir.path, extra={"CLOWDER_CAUSE": "state-restored"})
             self._enforce_exited_cap()
-            self.save()
+            self.save_now()
 
     def _adopt_one(self, rec: dict, master_fds: list[int], ring_fds: list[int]
                    ) -> Optional[Session]:

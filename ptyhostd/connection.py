@@ -346,12 +346,19 @@ class Connection(asyncio.Protocol):
             if s.state not in ("exited", "lost"):
                 raise RequestError(f"session {s.id} is still {s.state}: kill it first",
                                    "running")
-            self.host.forget(s, f"removed by uid {self.uid}")
-            self.host.save()
+            # Out of the manifest before its backlog goes: a crash between the two
+            # leaves a parked ring no record claims (closed at the next start), never
+            # a record whose backlog is gone.
+            self.host.drop(s, f"removed by uid {self.uid}")
+            try:
+                await self.host.saved()
+            finally:
+                self.host.release(s)
             self.send(P.Ok())
         elif isinstance(msg, P.Rename):
             s = self._session(msg.session)
             self.host.rename(s, msg.name, by_control=self.control)
+            await self.host.saved()  # joins the rename's write (host.save)
             self.send(P.SessionInfo(session=s.info()))
         elif isinstance(msg, P.Attach):
             await self._attach(msg)

@@ -23,6 +23,7 @@ from clowder_common.ratelog import RateLimitedLog
 from . import bridge, fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv, statedir
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import Manifest
+from .manifestwriter import ManifestWriteError, ManifestWriter
 from .pidwatch import PidWatch
 from .ring import Ring
 from .adopt import Adoption
@@ -72,6 +73,7 @@ class Host(Adoption):
         self.manager = manager
         self.manifest = manifest
         self.sessions: dict[str, Session] = {}
+        self.writer = ManifestWriter(manifest, self._records)
         self.loop = asyncio.get_running_loop()
         self.pidwatch = PidWatch(self.loop)
         self.quiet_ptys = PidWatch(self.loop)  # adopted masters until their first output
@@ -179,10 +181,24 @@ class Host(Adoption):
 
     # --- persistence -------------------------------------------------------------------
 
-    def save(self, left: str = "") -> None:
-        """Rewrite the manifest; called after every change of the session table
-        (``left``: see Manifest.write_sessions)."""
-        self.manifest.write_sessions([s.record_json() for s in self.sessions.values()], left)
+    def save(self) -> None:
+        """Called after every change of the session table: the manifest is rewritten
+        soon, off the loop (manifestwriter.py)."""
+        self.writer.changed()
+
+    async def saved(self) -> None:
+        """save(), and return once the change is in the manifest: what a crash must not
+        lose (a program started, a request answered, a unit stopped) waits for this.
+        ManifestWriteError if the write failed."""
+        await self.writer.written()
+
+    def save_now(self, left: str = "") -> None:
+        """Rewrite the manifest on the loop, now: a start before it serves, an exit, an
+        exec (``left``: see Manifest.write_sessions)."""
+        self.writer.write_now(left)
+
+    def _records(self) -> list[bytes]:
+        return [s.record_json() for s in self.sessions.values()]
 
     def _spawn_task(self, coro) -> None:
         task = self.loop.create_task(coro)
@@ -286,11 +302,11 @@ class Host(Adoption):
         fdstore.park(f"m.{sid}", master.fd, poll=False)
         fdstore.park(f"r.{sid}", ring.fd.fd)
         self.sessions[sid] = s
-        self.save()
         s.start_reading(self.loop)
         log.debug("session %s: parked its pty and ring; starting unit %s as uid %d: %s",
                   sid, s.unit, uid, argv, extra={"CLOWDER_SESSION": sid, "CLOWDER_CAUSE": "spawn"})
         try:
+            await self.saved()  # recorded before its program runs
             result = await self.manager.start_session(
                 s.unit, argv, tty, req.cwd,
                 sessionenv.assignments(env, uid, sid,
@@ -326,7 +342,10 @@ class Host(Adoption):
             raise RequestError(self._out_of_fds("the session's pidfd"), "capacity") from exc
         if not watched:
             self._on_pid_exit(s)
-        self.save()
+        try:
+            await self.saved()  # before the client hears of it
+        except ManifestWriteError:
+            pass  # logged; it runs and is listed, and the next change's write records it
         return s
 
     def _resumed_screen(self, resumes: Optional[str], uid: int, rows: int) -> bytes:
@@ -466,7 +485,10 @@ class Host(Adoption):
         else:
             s.record_exit(0, 0, cause + " (exit status unknown)")
         if persist:
-            self.save()  # recorded before anything is released: a crash now loses nothing
+            try:  # recorded before anything is released: a crash now loses nothing
+                await self.saved()
+            except ManifestWriteError:
+                pass  # logged; released all the same, or the unit would never stop
         s.deliver_exit()
         if persist and s.seen:
             self.save()  # an attached owner's terminal showed the end (deliver_exit)
@@ -519,8 +541,16 @@ class Host(Adoption):
 
     def forget(self, s: Session, cause: str) -> None:
         """Drop an ended session and its backlog."""
+        self.drop(s, cause)
+        self.release(s)
+
+    def drop(self, s: Session, cause: str) -> None:
+        """Take an ended session out of the table (its backlog stays, see release)."""
         s.set_state("removed", cause)
         self.sessions.pop(s.id, None)
+
+    def release(self, s: Session) -> None:
+        """Close and unpark a dropped session's backlog, and forget its files."""
         s.close_fds(keep_ring=False)
         fdstore.unpark(f"r.{s.id}")
         self.input_seq.forget(s.id)
@@ -630,7 +660,6 @@ class Host(Adoption):
             log.info("hand-off to ptyhostd %s: check passed (%d sessions)", report["version"],
                      report["sessions"], extra={"CLOWDER_CAUSE": "handoff",
                                                 **events.fields("handoff-checked")})
-            self.save()
             models = {}
             for s in [s for s in self.sessions.values() if s.screen is not None]:
                 (vt, cols, rows), pos = await s.screen_call(painted, limit=0)
@@ -646,6 +675,7 @@ class Host(Adoption):
                     outcome = "hand-off abandoned for a stop"
                     why = "hand-off abandoned: the host is stopping"
                     return why
+                self.save_now()  # the table as it is at the exec: no await from here on
                 # returns only on failure
                 handoff.execute({**self.parked(), **self.listener_fds,
                                  handoff.SCREENS: [screens],
@@ -687,8 +717,8 @@ class Host(Adoption):
             job = "restart"
         if job != "stop":
             # The next start says "restart", not a crash.
-            if not self.manifest.mark("restart"):
-                self.save(left="restart")
+            if not self.writer.now(lambda m: m.mark("restart")):
+                self.save_now(left="restart")
             log.info("exiting for %s; %d sessions stay parked", job or "a signal",
                      len(self.sessions), extra={"CLOWDER_CAUSE": job or "signal",
                                                 **events.fields("host-exiting")})
@@ -703,7 +733,7 @@ class Host(Adoption):
         await self._stop_orphan_units()  # e.g. a spawn's, cut off by a lost link
         for s in list(self.sessions.values()):
             self.forget(s, "the host was stopped")
-        self.save()
+        self.save_now()
 
     async def _stop_session(self, s: Session) -> None:
         """Hang up the session's program (then SIGTERM, then SIGKILL, as ``kill``
