@@ -42,6 +42,7 @@ A new failure mode found elsewhere becomes one more entry in EVENTS.
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import hashlib
 import http.client
@@ -91,10 +92,13 @@ WEB_FLOOD_SECONDS = 5.0  # and for how long (a flood of 401s is read as it is an
 
 # "long-listing": one user's sessions with the longest names (200 characters, 12 bytes
 # of JSON an emoji) and command lines (MAX_ARGV_BYTES) a spawn takes, so many that the
-# list of sessions is longer than a frame (test_hostile_listing.py).
+# list of sessions is longer than a frame (test_hostile_listing.py); they are renamed
+# at once over several clients (the manifest's rewrites coalesced, off the loop:
+# test_hostile_manifest.py), then the host is killed: every rename answered is kept.
 LONG_NAME = "\U0001f600" * 190
 LONG_ARGS = ["y" * 8000] * 4
 LONG_SESSIONS = 32  # ~35 KB each as listed: ~1.1 MB, past a frame's 1 MiB
+LONG_RENAMERS = 4  # clients renaming them at once
 
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
@@ -556,6 +560,16 @@ class Soak:
         assert not missing, f"ps left out (or cut) {len(missing)} of {len(sids)} sessions"
         status = json.loads(self.host.ctl("status", "--json", check=False).stdout or "{}")
         assert status.get("host", {}).get("answering"), f"status: {status.get('host')}"
+        renamed = {sid: f"{i:02d}r{LONG_NAME}" for i, sid in enumerate(sids)}
+        with concurrent.futures.ThreadPoolExecutor(LONG_RENAMERS) as pool:
+            done = list(pool.map(lambda sid: self.host.ctl("rename", sid, renamed[sid],
+                                                           check=False), sids))
+        failed = [r.stderr[-200:] for r in done if r.returncode != 0]
+        assert not failed, f"{len(failed)} renames failed: {failed[:2]}"
+        self.host.kill9()  # right after the last answer: each is in the manifest
+        listed = self.host.ps()
+        lost = [sid for sid in sids if listed.get(sid, {}).get("name") != renamed[sid]]
+        assert not lost, f"{len(lost)} of {len(sids)} answered renames lost by a kill -9"
         fcntl.flock(lock, fcntl.LOCK_UN)
         wait_for(lambda: all(self.host.ps()[sid]["state"] == "exited" for sid in sids), 30,
                  "the long-listing sessions to end")
