@@ -137,13 +137,13 @@ def end_session(conn: Conn, sid: str) -> None:
 
 
 def list_sessions(conn: Conn) -> list[dict]:
-    out, after = [], ""
-    while True:  # a long list comes in pages
+    out: list[dict] = []
+    after: str | None = ""
+    while after is not None:  # a long list comes in pages
         reply = conn.request(P.ListSessions(after=after), P.SessionList)
         out += reply.sessions
-        if not reply.more or reply.more <= after:
-            return out
-        after = reply.more
+        after = P.next_page(reply, after)
+    return out
 
 
 class AttachedClient(Terminal):

@@ -68,7 +68,7 @@ MAX_CELLS = 250_000
 
 __all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_ARGV_BYTES",
            "MAX_CWD_BYTES", "argv_bytes", "MAX_COLS", "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output",
-           "session_list_frame", "Spawn", "ListSessions",
+           "session_list_frame", "next_page", "Spawn", "ListSessions",
            "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
            "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory",
            "GetExport", "Ok",
@@ -315,6 +315,13 @@ class SessionList(Message):
     KIND = 302
     sessions: list
     more: str = ""
+
+
+def next_page(reply: SessionList, after: str) -> str | None:
+    """The ``after`` to ask the next page of a listing on, or None once ``reply`` (the
+    page asked for after ``after``) ends it: its ``more`` is empty, or not past
+    ``after`` (a host whose pages go nowhere must not loop a client forever)."""
+    return reply.more if reply.more and reply.more > after else None
 
 
 def session_list_frame(sessions: list[str], more: str = "") -> bytes:

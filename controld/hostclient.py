@@ -128,14 +128,13 @@ class HostConnection:
         # all: ended sessions too, seen or not (how an agent's session ended).  A long
         # list comes in pages (SessionList.more), each asked for in turn.
         out: dict[str, dict] = {}
-        after = ""
-        while True:
+        after: Optional[str] = ""
+        while after is not None:
             reply = await self.request(protocol.ListSessions(all=True, after=after),
                                        protocol.SessionList, timeout)
             out.update((s["id"], s) for s in reply.sessions)
-            if not reply.more or reply.more <= after:  # done (or a host going nowhere)
-                return out
-            after = reply.more
+            after = protocol.next_page(reply, after)
+        return out
 
     async def end_session(self, sid: str) -> protocol.Exited:
         """End session ``sid`` (the host escalates SIGHUP, SIGTERM, SIGKILL) and forget it;

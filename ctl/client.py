@@ -288,14 +288,14 @@ class Client:
     def sessions(self, **listing) -> list[dict]:
         """What ListSessions(**listing) lists, whole: a host sends a long list in pages
         (SessionList.more), each asked for in turn."""
-        out, after = [], ""
-        while True:
+        out: list[dict] = []
+        after: str | None = ""
+        while after is not None:
             reply = self.request(protocol.ListSessions(after=after, **listing),
                                  protocol.SessionList)
             out += reply.sessions
-            if not reply.more or reply.more <= after:  # done (or a host going nowhere)
-                return out
-            after = reply.more
+            after = protocol.next_page(reply, after)
+        return out
 
     def close(self) -> None:
         self.sock.close()

@@ -122,6 +122,17 @@ def test_session_list_from_encoded_sessions_matches_generic_encoding():
     assert P.argv_bytes(["sh", "\u00e9"]) == 3 + 3  # UTF-8 and a NUL each
 
 
+@pytest.mark.parametrize("more, after, want", [
+    ("", "", None), ("", "ab12", None),  # the last page
+    ("ab12", "", "ab12"), ("cd34", "ab12", "cd34"),  # on after this page's last id
+    ("ab12", "ab12", None), ("0000", "ab12", None),  # a host whose pages go nowhere
+])
+def test_the_next_page_of_a_listing_is_asked_after_its_last_id_and_only_forward(
+        more, after, want):
+    """Every client pages a listing by this one rule (clowder_wire.next_page)."""
+    assert P.next_page(P.SessionList(sessions=[], more=more), after) == want
+
+
 def test_split_anywhere_reassembles():
     data = P.encode(P.Send(session="s", data=b"0123456789")) + P.encode(P.Ok())
     for cut in range(len(data) + 1):

@@ -68,8 +68,8 @@ async def list_sessions(path: str) -> list[dict]:
     link = await Link.open(path)
     try:
         out: list[dict] = []
-        after = ""
-        while True:  # a long list comes in pages (SessionList.more)
+        after: str | None = ""
+        while after is not None:  # a long list comes in pages (SessionList.more)
             # peek: a browser never marks an end seen
             link.send(protocol.ListSessions(peek=True, after=after))
             reply = await asyncio.wait_for(link.read(), TIMEOUT)
@@ -77,9 +77,8 @@ async def list_sessions(path: str) -> list[dict]:
                 raise HostError(f"the PTY host answered ListSessions with "
                                 f"{type(reply).__name__}")
             out += reply.sessions
-            if not reply.more or reply.more <= after:  # done (or a host going nowhere)
-                return out
-            after = reply.more
+            after = protocol.next_page(reply, after)
+        return out
     except (OSError, asyncio.IncompleteReadError) as exc:
         raise HostError(f"the PTY host dropped the connection: {exc}") from exc
     except asyncio.TimeoutError:
