@@ -334,7 +334,7 @@ class Connection(asyncio.Protocol):
                 self.host.save()
         elif isinstance(msg, P.Kill):
             s = self._session(msg.session)
-            if msg.signal:  # signal 0 only asks whether it runs
+            if msg.signal:  # signal 0 is refused below (host.kill): not a kill
                 s.killed_at = time.monotonic()
             await self.host.kill(s, msg.signal, msg.escalate)
             self.send(P.Ok())
