@@ -529,14 +529,29 @@ class Host(Adoption):
         fdstore.unpark(f"m.{s.id}")
 
     def _enforce_exited_cap(self) -> bool:
-        """Forget the oldest ended sessions beyond the cap; whether any went."""
+        """Forget ended sessions beyond the host's cap; whether any went.
+
+        Each one goes from the user who keeps the most ended sessions, and of theirs
+        the seen ones first, then the oldest: so one user's many quick ends push out
+        their own, never another user's unseen end and its output (when the oldest
+        went first, alice's 300 `true`s erased bob's overnight exit status:
+        test_hostile_capacity.py)."""
         ended = [s for s in self.sessions.values() if s.state in ("exited", "lost")]
-        if len(ended) <= self.config.max_exited:
+        over = len(ended) - self.config.max_exited
+        if over <= 0:
             return False
-        # Those whose end was seen go first, then the oldest.
-        ended.sort(key=lambda s: (not s.seen, s.ended_at or 0))
-        for s in ended[:len(ended) - self.config.max_exited]:
-            self.forget(s, "too many ended sessions kept")
+        by_uid: dict[int, list[Session]] = {}
+        for s in ended:
+            by_uid.setdefault(s.uid, []).append(s)
+        for group in by_uid.values():  # each user's next to go last
+            group.sort(key=lambda s: (not s.seen, s.ended_at or 0), reverse=True)
+        for _ in range(over):
+            # The most kept; between equals, a seen one, then the oldest, goes first.
+            uid = max(by_uid, key=lambda u: (len(by_uid[u]), by_uid[u][-1].seen,
+                                             -(by_uid[u][-1].ended_at or 0)))
+            s = by_uid[uid].pop()
+            self.forget(s, f"too many ended sessions kept; uid {uid} kept the most "
+                           f"({len(by_uid[uid]) + 1})")
         return True
 
     def forget(self, s: Session, cause: str) -> None:
