@@ -15,7 +15,10 @@ big pastes into a reading program, and issue 12's hostile neighbours: a client f
 backlog requests it never reads, one flooding clowder-control's file service the same
 way, a session printing escape-sequence bombs at the largest size, and one user's
 sessions with the longest names and command lines a spawn takes, enough for a session
-list longer than a frame (ps must list every one whole, in pages); and a reboot
+list longer than a frame (ps must list every one whole, in pages), renamed at once by
+several clients and the host killed right after (every rename answered is kept), and
+for system units another user's 300 sessions that end at once, past the 256 ended ones
+the host keeps (the run's own ends must stay); and a reboot
 (issue 17): a nested box (tests/rebootbox.py), booted once with its state directories
 kept, powered off under its own live sessions and booted again (at most every REST
 seconds), and a power cut of the same box (its PID 1 killed: only the periodic saves
@@ -57,7 +60,9 @@ import time
 
 import pytest
 
-from conftest import PYTHON, SUMMARY, poll, wait_for
+import clowder_wire as P
+from conftest import PYTHON, SUMMARY, ensure_user, poll, wait_for
+from ctl.client import Client
 from rebootbox import KEYS as REBOOT_KEYS, RebootBox
 from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
@@ -81,7 +86,7 @@ CONTROL_RSS_BOUND = 192 << 20
 WEB_RSS_BOUND = 128 << 20
 # Seconds an event kind rests after it was thrown before it is thrown again: a reboot
 # takes seconds (a poweroff, a boot, the checks), and a run of them would be the run.
-REST = {"reboot": 20.0, "power-cut": 20.0, "long-listing": 10.0}
+REST = {"reboot": 20.0, "power-cut": 20.0, "long-listing": 10.0, "many-ends": 10.0}
 # The web view's events (clowder-web exists for the system scope only); after each,
 # clowder-web must serve a fresh login and list every counter within WEB_BACK seconds.
 WEB_EVENTS = frozenset({"web-flood", "web-kill-9", "web-restart"})
@@ -99,6 +104,13 @@ LONG_NAME = "\U0001f600" * 190
 LONG_ARGS = ["y" * 8000] * 4
 LONG_SESSIONS = 32  # ~35 KB each as listed: ~1.1 MB, past a frame's 1 MiB
 LONG_RENAMERS = 4  # clients renaming them at once
+
+# "many-ends" (system scope): another user's sessions that end at once, more than the
+# 256 ended sessions the host keeps for all users: they push out only that user's own
+# ends, never the run's (the exit events' statuses, checked at the end of the run:
+# test_hostile_capacity.py).
+MANY_ENDS = 300
+ENDS_USER, ENDS_UID = "soak-ends", 2050
 
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
@@ -575,6 +587,27 @@ class Soak:
                  "the long-listing sessions to end")
         self.host.ctl("rm", *sids)
 
+    def many_ends(self) -> None:
+        # One of the run's own ends first, older than every one of the flood's and
+        # unseen: its status is asked for at the end of the run, like the exit events'.
+        code = self.rng.randrange(1, 120)
+        mine = self.host.spawn("sh", "-c", f"exit {code}", name=f"soak-ends{len(self.exits)}")
+        self.exits[mine] = code
+        wait_for(lambda: self.host.ps()[mine]["state"] == "exited", 20,
+                 "the run's own session to end before the flood of ends")
+        ensure_user(ENDS_USER, ENDS_UID)
+        with Client(self.host.socket, timeout=120) as c:
+            sids = {c.request(P.Spawn(argv=["true"], user=ENDS_USER, cwd="/"),
+                              P.SessionInfo).session["id"] for _ in range(MANY_ENDS)}
+
+        def ended():
+            ps = self.host.ps()  # root's: it marks nobody's end seen
+            kept = [s for s in ps.values() if s["id"] in sids]
+            return kept if all(s["state"] != "running" for s in kept) else None
+        kept = wait_for(ended, 60, f"{ENDS_USER}'s {MANY_ENDS} sessions to end")
+        assert len(kept) < MANY_ENDS, "no ended session was let go: the cap was not passed"
+        self.host.ctl("rm", *[s["id"] for s in kept])
+
     def reboot(self) -> None:
         self.box.reboot()
 
@@ -596,6 +629,8 @@ class Soak:
         else:  # the web view has system units only
             ev.update({"web-flood": self.web_flood, "web-kill-9": self.web_kill9,
                        "web-restart": self.web_restart})
+            # A user manager's host runs every session as its own user: one uid.
+            ev["many-ends"] = self.many_ends
         if ONLY:  # to replay one failure mode; the default run throws every kind
             ev = {k: v for k, v in ev.items() if k in ONLY}
         return ev
