@@ -214,6 +214,19 @@ class Host(Adoption):
 
     async def spawn(self, req: protocol.Spawn, client_uid: int,
                     by_control: bool = False) -> Session:
+        """_spawn, carried through to the end if the client goes away meanwhile: its
+        connection's work is cancelled then (Connection.connection_lost), and a spawn cut
+        at an await after its table entry left the session `starting` for good, its
+        program run or not and never watched (test_hostile_gone.py)."""
+        task = self.loop.create_task(self._spawn(req, client_uid, by_control))
+        self._tasks.add(task)
+        # A vanished client's spawn may still be refused: nobody is left to tell.
+        task.add_done_callback(lambda t: (self._tasks.discard(t),
+                                          t.cancelled() or t.exception()))
+        return await asyncio.shield(task)
+
+    async def _spawn(self, req: protocol.Spawn, client_uid: int,
+                     by_control: bool = False) -> Session:
         """Start a session for a client; raises RequestError with a reason it can show.
 
         ``by_control``: the client is clowder-control (peer.py): the session is marked
