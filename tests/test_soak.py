@@ -18,7 +18,8 @@ sessions with the longest names and command lines a spawn takes, enough for a se
 list longer than a frame (ps must list every one whole, in pages), renamed at once by
 several clients and the host killed right after (every rename answered is kept), and
 for system units another user's 300 sessions that end at once, past the 256 ended ones
-the host keeps (the run's own ends must stay); and a reboot
+the host keeps (the run's own ends must stay); spawns whose connection the host closes
+mid-way on a bad frame (none may stay starting); and a reboot
 (issue 17): a nested box (tests/rebootbox.py), booted once with its state directories
 kept, powered off under its own live sessions and booted again (at most every REST
 seconds), and a power cut of the same box (its PID 1 killed: only the periodic saves
@@ -111,6 +112,11 @@ LONG_RENAMERS = 4  # clients renaming them at once
 # test_hostile_capacity.py).
 MANY_ENDS = 300
 ENDS_USER, ENDS_UID = "soak-ends", 2050
+
+# "spawn-cut": spawns whose connection the host closes mid-way, on a bad frame sent at a
+# random moment: none may stay `starting` (test_hostile_gone.py).
+SPAWN_CUTS = 10
+BAD_FRAME = P.HEADER.pack(4, 4242) + b"\0\0\0\0"  # an unknown kind: the host closes
 
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
@@ -608,6 +614,28 @@ class Soak:
         assert len(kept) < MANY_ENDS, "no ended session was let go: the cap was not passed"
         self.host.ctl("rm", *[s["id"] for s in kept])
 
+    def spawn_cut(self) -> None:
+        before = set(self.host.ps())
+        for i in range(SPAWN_CUTS):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(self.host.socket)
+            sock.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION, client="soak-cut"))
+                         + P.encode(P.Spawn(argv=["true"], name=f"soak-cut{i}")))
+            time.sleep(self.rng.uniform(0.0, 0.03))  # the moment of the close, in the spawn
+            try:
+                sock.sendall(BAD_FRAME)
+            except OSError:
+                pass
+            sock.close()
+
+        def settled():
+            new = [s for sid, s in self.host.ps().items() if sid not in before]
+            return [new] if all(s["state"] not in ("starting", "running") for s in new) \
+                else None
+        new = wait_for(settled, 30, "the cut spawns to end, none left starting")[0]
+        if new:
+            self.host.ctl("rm", *[s["id"] for s in new])
+
     def reboot(self) -> None:
         self.box.reboot()
 
@@ -623,7 +651,7 @@ class Soak:
               "exit": self.exiter, "flood": self.flood, "bomb": self.bomb,
               "service-flood": self.service_flood, "reboot": self.reboot,
               "power-cut": self.power_cut, "journal-stall": self.journal_stall,
-              "long-listing": self.long_listing}
+              "long-listing": self.long_listing, "spawn-cut": self.spawn_cut}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         else:  # the web view has system units only
