@@ -68,13 +68,56 @@ def held(fd: int) -> int:
     return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), "little")
 
 
+# At most this much of a write's data is copied for write(2) at once (a paste's rest
+# waits in the input queue in any case; the pty takes ~4-64 KiB at a time).
+WRITE_CHUNK = 64 * 1024
+_held_write = None  # libc's write(2), called with the GIL held: see write_some
+
+
+def load_held_write():
+    """libc's write(2) through ctypes.PyDLL (which keeps the GIL across the call), or
+    os.write where ctypes cannot load it.  Imported after the start (ctypes is ~4 ms):
+    ptyhostd/__main__.py's _after_the_clients, else the first write."""
+    global _held_write
+    if _held_write is None:
+        try:
+            import ctypes
+            libc = ctypes.PyDLL(None, use_errno=True)
+            write = libc.write
+            write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+            write.restype = ctypes.c_ssize_t
+            get_errno = ctypes.get_errno
+
+            def held(fd: int, data: bytes) -> int:
+                n = write(fd, data, len(data))
+                if n < 0:
+                    err = get_errno()
+                    raise OSError(err, os.strerror(err))
+                return n
+            _held_write = held
+        except (ImportError, OSError, AttributeError):
+            _held_write = os.write
+    return _held_write
+
+
 def write_some(fd: int, data: bytes) -> int:
-    """Write what the pty accepts now without blocking; returns the count written."""
+    """Write what the pty accepts now without blocking; returns the count written.
+
+    Without releasing the GIL: the caller records what reached the pty right after
+    (inputseq.Token.on_written), and os.write, which releases it, could wait there for
+    another thread's turn (the screen pool's, the manifest writer's: up to the switch
+    interval, longer on a loaded machine) with the bytes in the pty and not recorded. A
+    kill -9 in that wait made them be typed twice after the restart (the chaos run's
+    typist, under load, on 5c16bee: 1-3 lines in runs of 34-50 kills)."""
+    chunk = data[:WRITE_CHUNK]
     try:
-        return os.write(fd, data)
+        return (_held_write or load_held_write())(
+            fd, chunk if isinstance(chunk, bytes) else bytes(chunk))
     except BlockingIOError:
         return 0
     except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+            return 0
         if exc.errno == errno.EIO:  # slave gone: the input has nowhere to go
             return len(data)
         raise
