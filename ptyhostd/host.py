@@ -205,6 +205,17 @@ class Host(Adoption):
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
+    async def _carried(self, coro):
+        """``coro``'s outcome, ``coro`` run as a task of the host's: a client that goes
+        away (its connection's work cancelled) does not cut it short.  Its failure,
+        then told to nobody, is let go (the request's own errors are logged where
+        they arise)."""
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: (self._tasks.discard(t),
+                                          t.cancelled() or t.exception()))
+        return await asyncio.shield(task)
+
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -218,12 +229,7 @@ class Host(Adoption):
         connection's work is cancelled then (Connection.connection_lost), and a spawn cut
         at an await after its table entry left the session `starting` for good, its
         program run or not and never watched (test_hostile_gone.py)."""
-        task = self.loop.create_task(self._spawn(req, client_uid, by_control))
-        self._tasks.add(task)
-        # A vanished client's spawn may still be refused: nobody is left to tell.
-        task.add_done_callback(lambda t: (self._tasks.discard(t),
-                                          t.cancelled() or t.exception()))
-        return await asyncio.shield(task)
+        return await self._carried(self._spawn(req, client_uid, by_control))
 
     async def _spawn(self, req: protocol.Spawn, client_uid: int,
                      by_control: bool = False) -> Session:
@@ -631,11 +637,7 @@ class Host(Adoption):
                     s.waiters.remove(ended)
 
         # A client that goes away mid-way does not stop the ending it asked for.
-        task = self.loop.create_task(escalation())
-        self._tasks.add(task)
-        task.add_done_callback(lambda t: (self._tasks.discard(t),
-                                          t.cancelled() or t.exception()))
-        await asyncio.shield(task)
+        await self._carried(escalation())
 
     def resize(self, s: Session, cols: int, rows: int) -> None:
         if not pty.valid_size(cols, rows):
