@@ -67,6 +67,7 @@ from ctl.client import Client
 from rebootbox import KEYS as REBOOT_KEYS, RebootBox
 from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
+from test_hostile_gone import spawn_then_bad_frame
 from test_watchdog import timespan
 from test_web import (HTTP_FLOODS, _Connections, _on_debians_aiohttp, _remove_web_drop_in,
                       get, login)
@@ -113,10 +114,9 @@ LONG_RENAMERS = 4  # clients renaming them at once
 MANY_ENDS = 300
 ENDS_USER, ENDS_UID = "soak-ends", 2050
 
-# "spawn-cut": spawns whose connection the host closes mid-way, on a bad frame sent at a
-# random moment: none may stay `starting` (test_hostile_gone.py).
+# "spawn-cut": spawns whose connection the host closes mid-way, on a bad frame sent once
+# the spawn is in the host's table: none may stay `starting` (test_hostile_gone.py).
 SPAWN_CUTS = 10
-BAD_FRAME = P.HEADER.pack(4, 4242) + b"\0\0\0\0"  # an unknown kind: the host closes
 
 # Typed lines come back once each: the tty's echo is off, the program prints them.
 ECHO = ("stty -echo; exec " + PYTHON + " -c 'import sys\n"
@@ -616,17 +616,9 @@ class Soak:
 
     def spawn_cut(self) -> None:
         before = set(self.host.ps())
+        throw = self.counts.get("spawn-cut", 0)
         for i in range(SPAWN_CUTS):
-            sock = socket.socket(socket.AF_UNIX)
-            sock.connect(self.host.socket)
-            sock.sendall(P.encode(P.Hello(version=P.PROTOCOL_VERSION, client="soak-cut"))
-                         + P.encode(P.Spawn(argv=["true"], name=f"soak-cut{i}")))
-            time.sleep(self.rng.uniform(0.0, 0.03))  # the moment of the close, in the spawn
-            try:
-                sock.sendall(BAD_FRAME)
-            except OSError:
-                pass
-            sock.close()
+            spawn_then_bad_frame(self.host.socket, f"soak-cut{throw}-{i}")
 
         def settled():
             new = [s for sid, s in self.host.ps().items() if sid not in before]
