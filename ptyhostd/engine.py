@@ -146,11 +146,11 @@ def preload() -> None:
              extra={"CLOWDER_CAUSE": "screen-engine-loaded", "CLOWDER_ENGINE": chosen})
 
 
-def new_screen(cols: int, rows: int):
-    """A terminal model of the chosen engine, for a session (in the screen pool): a
-    ghostty one is counted in the scrollback budget and gets its share."""
+def new_screen(cols: int, rows: int, uid: Optional[int] = None):
+    """A terminal model of the chosen engine (in the screen pool): a ghostty one of a
+    session of ``uid``'s is counted in that user's part of the scrollback budget and
+    gets its share."""
     screen = factory()(cols, rows)
     if hasattr(screen, "set_scrollback_bytes"):
-        screenmemory.note_model(screen)
-        screenmemory.fit(screen)
+        screenmemory.note_model(screen, uid)
     return screen

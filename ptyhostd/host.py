@@ -154,8 +154,8 @@ class Host(Adoption):
         from . import screenwork
         from .engine import new_screen
 
-        def seeded(cols: int, rows: int, vt: bytes):
-            screen = new_screen(cols, rows)
+        def seeded(cols: int, rows: int, vt: bytes, uid: int):
+            screen = new_screen(cols, rows, uid)
             screen.feed(vt)
             return screen
         done = 0
@@ -167,7 +167,8 @@ class Host(Adoption):
                 if s.screen is not None or sc["pos"] < s.ring.tail:
                     continue  # made from the ring meanwhile, or its bytes are gone
                 try:
-                    s.screen = await screenwork.run(seeded, sc["cols"], sc["rows"], sc["vt"])
+                    s.screen = await screenwork.run(seeded, sc["cols"], sc["rows"], sc["vt"],
+                                                   s.uid)
                     s.screen_pos = s.screen_start = sc["pos"]  # no scrollback before it
                     done += 1
                 except Exception as exc:  # rebuilt from the ring when next needed

@@ -536,7 +536,7 @@ class Session:
         screen = self.screen
         if screen is None or self._following is not None or self.screen_pos != start \
                 or self._resizes or self._screen_lock.locked() \
-                or getattr(screen, "scrollback_bytes", screenmemory.share) != screenmemory.share:
+                or screenmemory.misfit(screen):
             return False  # the pool's path: it also trims to a new scrollback share
         if data is None:
             data = self.ring.read(start, self.ring.head)
@@ -614,7 +614,7 @@ class Session:
         from its cache, 0.35-0.5 s parsed), which must not stall the loop."""
         from . import engine, screenwork
         cols, rows = self.cols, self.rows
-        self.screen = await screenwork.run(engine.new_screen, cols, rows)
+        self.screen = await screenwork.run(engine.new_screen, cols, rows, self.uid)
         self._ground = False
         self.screen_pos = self.screen_start = max(self.ring.tail, start)
         self._resizes.clear()  # made at the size the session had
@@ -799,8 +799,7 @@ class Session:
         in the screen pool under the model's lock, like every other use of it."""
         from . import screenmemory, screenwork
         async with self._screen_lock:
-            if self.screen is not None and \
-                    getattr(self.screen, "scrollback_bytes", None) not in (None, screenmemory.share):
+            if self.screen is not None and screenmemory.misfit(self.screen):
                 await screenwork.run(screenmemory.fit, self.screen)
 
     def screen_busy(self) -> bool:

@@ -1,6 +1,7 @@
 """One user's many sessions printing incompressible coloured text cannot make the host's
-terminal models hold more than the host-wide scrollback budget (issue 13's follow-up;
-ptyhostd/screenmemory.py, docs/design.md "Screen memory").
+terminal models hold more than the host-wide scrollback budget, nor shrink another
+user's history (issue 13's follow-up; ptyhostd/screenmemory.py, docs/design.md "Screen
+memory").
 
 A host started with a small budget (``CLOWDER_SCREEN_MEMORY``) and a small ring per
 session; alice's SESSIONS sessions each print a random colour and a random character in
@@ -13,7 +14,9 @@ ground truth; the history a model keeps is what shrinks).
 from __future__ import annotations
 
 import os
+import pwd
 import random
+import re
 
 import pytest
 
@@ -117,6 +120,69 @@ def test_many_sessions_of_coloured_text_stay_within_the_screen_budget(budget_hos
     # What shrank is the history the model keeps, not to nothing: the floor's lines.
     lines = h.ctl("history", sids[0], "--lines", "300", user="alice").stdout.splitlines()
     assert len(lines) >= 100, f"the history kept only {len(lines)} lines"
+
+
+def test_one_users_many_sessions_never_shrink_anothers_history(budget_host):
+    """The budget is split by user first: alice's 32 sessions bring her own models down
+    to the floor (2 MiB), while bob's one session keeps what a model may keep at 80
+    columns (8 MiB: 2,111 of these lines measured).  Before the split was by user, bob's
+    model got the same 2 MiB as each of alice's and kept 955 (a2a01d0)."""
+    h = budget_host
+    flood = "/home/bob/flood.bin"
+    data = coloured(LINES)
+    with open(flood, "wb") as f:
+        f.write(data)
+    os.chmod(flood, 0o644)
+    alice = pwd.getpwnam("alice").pw_uid
+    pid = h.main_pid()
+    sids = [h.spawn("sh", "-c", "echo READY; exec sleep 100000", user="alice",
+                    cwd="/home/alice") for _ in range(SESSIONS)]
+    for sid in sids:
+        wait_for(lambda: b"READY" in h.backlog(sid, user="alice"), 30,
+                 "each of alice's sessions to start", interval=0.2)
+    # Her share reaches 2 MiB at her 17th model (64 MiB / 17 < 4 MiB), logged once.
+    wait_for(lambda: re.search(rf"uid {alice}'s \d+ sessions may now keep 2 MiB",
+                               _journal(h, pid)), 30,
+             "the host to log alice's share of 2 MiB for her models")
+    try:
+        sid = h.spawn("sh", "-c", f"cat {flood}; echo FLOOD-END; exec sleep 100000",
+                      user="bob", cwd="/home/bob", size="80x24")
+        wait_for(lambda: b"FLOOD-END" in h.ctl("history", sid, "--lines", "5",
+                                               user="bob").stdout,
+                 120, "bob's model to have followed his flood", interval=0.2)
+        kept = len(h.ctl("history", sid, "--lines", str(LINES), user="bob")
+                   .stdout.splitlines())
+    finally:
+        os.unlink(flood)
+    print(f"\nbob's history beside alice's {SESSIONS} sessions: {kept} lines")
+    assert kept > 1500, f"bob's history kept {kept} lines of coloured text beside " \
+        f"alice's {SESSIONS} sessions: his share was cut for hers"
+    for sid in sids:  # alice's models are still counted: nothing ended meanwhile
+        assert h.ps(user="alice")[sid]["state"] == "running"
+
+
+def test_the_budget_is_split_by_user_then_by_model():
+    """Without a host: each user gets at least what an equal split of the budget among
+    users gives, whatever another user has; the shares never exceed the budget unless
+    the floor wins; one user alone gets what ``share_for`` gives."""
+    from ptyhostd import screenmemory as sm
+    assert sm.shares_for({1000: 32, 1001: 1}, BUDGET) == {1000: 2 * MiB, 1001: 16 * MiB}
+    assert sm.shares_for({1000: 1000, 1001: 1}, BUDGET) == {1000: 2 * MiB, 1001: 16 * MiB}
+    assert sm.shares_for({1000: 4, 1001: 4}, BUDGET) == {1000: 8 * MiB, 1001: 8 * MiB}
+    assert sm.shares_for({1000: 3}, 0) == {1000: sm.CEILING}
+    rng = random.Random(13)
+    for _ in range(2000):
+        total = rng.choice([64, 256, 1536, 2048]) * MiB
+        counts = {uid: rng.choice([1, 2, 3, 7, 40, 300, 1024])
+                  for uid in range(rng.randrange(1, 9))}
+        shares = sm.shares_for(counts, total)
+        for uid, n in counts.items():
+            assert shares[uid] >= sm.share_for(n, total // len(counts)), (counts, total)
+        if len(counts) == 1:
+            [(uid, n)] = counts.items()
+            assert shares[uid] == sm.share_for(n, total)
+        held = sum(n * shares[uid] for uid, n in counts.items() if shares[uid] > sm.FLOOR)
+        assert held <= total, (counts, total, shares)
 
 
 def _rss() -> int:
