@@ -278,14 +278,13 @@ async def _after_the_clients(host: Host) -> None:
       took 13-15 ms at 1,000 sessions, after them 9-10.  Not a fixed delay: a client
       that attached meanwhile would make the first model itself, and a stop arriving
       while it loads would wait for the GIL."""
-    loop = asyncio.get_running_loop()
     latest = time.monotonic() + AFTER_START
     while (now := time.monotonic()) < latest and now - host.last_request < QUIET:
         await asyncio.sleep(min(QUIET - (now - host.last_request), latest - now))
     gc.unfreeze()  # the start's objects are collected again, as any (see the top)
     pty.load_held_write()  # ctypes, for the input's writes (pty.write_some)
     host.manager.link_now()
-    await loop.run_in_executor(screenwork.POOL, engine.preload)
+    await screenwork.run(engine.preload)
 
 
 def main(argv=None) -> None:

@@ -9,6 +9,7 @@ terminal would show it, and a screen clear keeping what came before, as scrollba
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from . import screenwork
 from clowder_common.lines import MAX_COLUMN, render
@@ -65,9 +66,11 @@ def _tail(line: str, budget: int) -> str:
     return line[cut:]
 
 
-async def last_lines(ring, count: int, budget: int, width: int = MAX_COLUMN) -> list[str]:
+async def last_lines(ring, count: int, budget: int, width: int = MAX_COLUMN,
+                     owner: Optional[int] = None) -> list[str]:
     """The last ``count`` lines of a session's backlog ring (fewer if it holds fewer, or
-    if more would not fit in ``budget`` bytes of text); ``width``: the session's."""
+    if more would not fit in ``budget`` bytes of text); ``width``: the session's;
+    ``owner``: its user, whose turn in the screen pool this takes (screenpool.py)."""
     if count <= 0:
         return []
     # Read back only as far as the lines asked for need.  The line model costs ~90 ms a
@@ -79,7 +82,8 @@ async def last_lines(ring, count: int, budget: int, width: int = MAX_COLUMN) -> 
     while True:
         start = max(ring.tail, ring.head - min(size, HISTORY_BYTES))
         raw = ring.read(start)
-        lines = await screenwork.run(text_lines, raw, start > 0, count, width)
+        lines = await screenwork.run(text_lines, raw, start > 0, count, width, owner=owner,
+                                     request=True)
         if len(lines) >= count or start == ring.tail or size >= HISTORY_BYTES:
             return fit(lines[-count:], budget)
         size *= 4

@@ -168,7 +168,7 @@ class Host(Adoption):
                     continue  # made from the ring meanwhile, or its bytes are gone
                 try:
                     s.screen = await screenwork.run(seeded, sc["cols"], sc["rows"], sc["vt"],
-                                                   s.uid)
+                                                   s.uid, owner=s.uid)
                     s.screen_pos = s.screen_start = sc["pos"]  # no scrollback before it
                     done += 1
                 except Exception as exc:  # rebuilt from the ring when next needed

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Union
 
 from . import screenmemory
+from .screenpool import Pool
 
-# Two threads: one session's costly catch-up does not hold up every other's snapshot.
-POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="screen")
+# Two threads: one session's costly catch-up does not hold up every other's snapshot;
+# taken by class and by user in turn (screenpool.py).
+POOL = Pool(workers=2, name="screen")
 # Cells and rows one catch-up may touch: ~1-2 s of pyte on this machine at its busiest.
 # Ordinary output stays far below it (256 KiB of text costs ~0.3 M; a TUI redrawing a
 # 500x500 screen in it, ~1 M).
@@ -97,9 +98,10 @@ def run_plan_then(screen, plan: list[Step], what: Optional[Callable],
         return ok, seconds, None, exc
 
 
-async def run(fn: Callable, *args):
-    """``fn(*args)`` in the screen pool."""
-    return await asyncio.get_running_loop().run_in_executor(POOL, fn, *args)
+async def run(fn: Callable, *args, owner: Optional[int] = None, request: bool = False):
+    """``fn(*args)`` in the screen pool, as ``owner``'s work (a uid; None: the host's);
+    ``request``: someone waits on it (screenpool.py serves those first)."""
+    return await asyncio.wrap_future(POOL.submit(fn, *args, owner=owner, request=request))
 
 
 def render(screen, what: Optional[Callable]):

@@ -607,14 +607,21 @@ class Session:
 
     # --- the terminal model -------------------------------------------------------------
 
-    async def _new_screen(self, start: int) -> None:
+    async def _pool(self, fn, *args, request: bool = False):
+        """``fn(*args)`` in the screen pool as this session's user's work (screenpool.py);
+        ``request``: a client waits on it."""
+        from . import screenwork
+        return await screenwork.run(fn, *args, owner=self.uid, request=request)
+
+    async def _new_screen(self, start: int, request: bool = False) -> None:
         """A fresh model, to be fed from ring offset ``start``, at the session's size.
 
         Made in the screen pool: the first one loads the engine (ghostty_abi.py: ~15 ms
         from its cache, 0.35-0.5 s parsed), which must not stall the loop."""
-        from . import engine, screenwork
+        from . import engine
         cols, rows = self.cols, self.rows
-        self.screen = await screenwork.run(engine.new_screen, cols, rows, self.uid)
+        self.screen = await self._pool(engine.new_screen, cols, rows, self.uid,
+                                       request=request)
         self._ground = False
         self.screen_pos = self.screen_start = max(self.ring.tail, start)
         self._resizes.clear()  # made at the size the session had
@@ -682,11 +689,10 @@ class Session:
             task.add_done_callback(_TASKS.discard)
 
     async def _compact(self) -> None:
-        from . import screenwork
         try:
             async with self._screen_lock:
                 if self.screen is not None and self._following is None:
-                    await screenwork.run(self.screen.compact)
+                    await self._pool(self.screen.compact)
         except Exception:
             log.exception("session %s: compressing its terminal model failed", self.id,
                           extra={"CLOWDER_SESSION": self.id, "CLOWDER_CAUSE": "screen-failed"})
@@ -698,18 +704,19 @@ class Session:
         screen pool (see screenwork.py), one call at a time per session, so the model is
         never touched by two threads at once."""
         from . import screenwork
+        request = what is not None  # a client waits on it: served first (screenpool.py)
         async with self._screen_lock:
             ring = self.ring
             if self.screen is None or self.screen_pos < ring.tail \
                     or ring.head - self.screen_pos > SCREEN_CATCH_UP:
-                await self._new_screen(ring.head - SCREEN_CATCH_UP)
+                await self._new_screen(ring.head - SCREEN_CATCH_UP, request)
             screen = self.screen
             plan = self._plan(limit)
             # One hop to the pool (~0.1-0.3 ms each here): for ``what`` alone when the
             # model is current (an idle session's repaint, snapshot or history), for the
             # feed and ``what`` together when output came since.
-            ok, seconds, result, error = await screenwork.run(
-                screenwork.run_plan_then, screen, plan, what) \
+            ok, seconds, result, error = await self._pool(
+                screenwork.run_plan_then, screen, plan, what, request=request) \
                 if plan else (True, 0.0, _UNRENDERED, None)
             fed = sum(len(step) for step in plan if isinstance(step, bytes))
             if fed >= 16 * 1024 and seconds > 0:  # a turn long enough to time
@@ -725,11 +732,12 @@ class Session:
                                 "(%d times)", self.id, SCREEN_RESTART, self.screen_budget_hits,
                                 extra={"CLOWDER_SESSION": self.id,
                                        "CLOWDER_CAUSE": "screen-budget"})
-                await self._new_screen(ring.head - SCREEN_RESTART)
+                await self._new_screen(ring.head - SCREEN_RESTART, request)
                 screen = self.screen
                 # Over budget again, the model stays as far as it got: ``_plan`` has moved
                 # ``screen_pos`` past these bytes either way, so they are not retried.
-                await screenwork.run(screenwork.run_plan, screen, self._plan(SCREEN_RESTART))
+                await self._pool(screenwork.run_plan, screen, self._plan(SCREEN_RESTART),
+                                 request=request)
                 result = _UNRENDERED
             self._resume_if_caught_up()
             if error is not None:
@@ -737,7 +745,7 @@ class Session:
             if what is None:
                 return None, self.screen_pos  # fed only (one hop to the pool less)
             if result is _UNRENDERED:
-                result = await screenwork.run(screenwork.render, screen, what)
+                result = await self._pool(screenwork.render, screen, what, request=True)
             return result, self.screen_pos
 
     async def history(self, count: int, budget: int, ansi: bool = False) -> list[str]:
@@ -755,7 +763,7 @@ class Session:
             if not self.screen_budget_hits and (self.screen_start <= self.ring.tail
                                                 or len(lines) >= count):
                 return fit(lines, budget)
-        return await last_lines(self.ring, count, budget, self.cols)
+        return await last_lines(self.ring, count, budget, self.cols, self.uid)
 
     async def saved_screen(self, count: int, budget: int) -> tuple[list[str], bytes]:
         """For the state directory: the last ``count`` lines that scrolled off (with
@@ -791,16 +799,16 @@ class Session:
         # the look: its last lines less as many as the screen showed (a line wrapped on
         # the screen, or output since, may shift them by a line).
         shown = len(text.rstrip().split("\n")) if text.strip() else 0
-        lines = await last_lines(self.ring, count + shown, budget, self.cols)
+        lines = await last_lines(self.ring, count + shown, budget, self.cols, self.uid)
         return (lines[:-shown] if shown else lines)[-count:], shown_screen, pos
 
     async def fit_screen(self) -> None:
         """Give the model the current share of the scrollback budget (screenmemory.py),
         in the screen pool under the model's lock, like every other use of it."""
-        from . import screenmemory, screenwork
+        from . import screenmemory
         async with self._screen_lock:
             if self.screen is not None and screenmemory.misfit(self.screen):
-                await screenwork.run(screenmemory.fit, self.screen)
+                await self._pool(screenmemory.fit, self.screen)
 
     def screen_busy(self) -> bool:
         """Whether a call on the model is running or waiting."""
