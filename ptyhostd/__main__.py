@@ -58,7 +58,8 @@ from clowder_common.log import add_argument as add_log_level  # noqa: E402
 from clowder_common.log import parse_level  # noqa: E402
 from clowder_common.log import setup as setup_logging  # noqa: E402
 
-from . import bridge, engine, handoff, inputqueue, pty, screenmemory, screenwork, statedir  # noqa: E402
+from . import (bridge, engine, handoff, inputqueue, pty, recordbudget, screenmemory,  # noqa: E402
+               screenwork, statedir)
 from .adopt import AFTER_START  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .host import Config, Host  # noqa: E402
@@ -76,6 +77,7 @@ def _defaults() -> dict:
     env = os.environ.get
     return {"backlog_bytes": int(env("CLOWDER_BACKLOG_BYTES", 4 << 20)),
             "max_sessions_per_user": int(env("CLOWDER_MAX_SESSIONS_PER_USER", 1024)),
+            "max_record_bytes_per_user": int(env(recordbudget.ENV, recordbudget.DEFAULT)),
             "show_ended": float(env("CLOWDER_SHOW_ENDED", 86400)),
             "input_queue_bytes": int(env("CLOWDER_INPUT_QUEUE_BYTES", 4 << 20)),
             "input_deadline": float(env("CLOWDER_INPUT_DEADLINE", 10)),
@@ -99,6 +101,10 @@ def parser():
                    help="raw output kept per session (default 4 MiB)")
     p.add_argument("--max-sessions-per-user", type=int, default=d["max_sessions_per_user"],
                    help="running sessions a non-root user may have (default 1024)")
+    p.add_argument("--max-record-bytes-per-user", type=int, metavar="BYTES",
+                   default=d["max_record_bytes_per_user"],
+                   help="bytes a non-root user's session records, running and ended, may "
+                        "take in the manifest that every start parses (default 4 MiB)")
     p.add_argument("--show-ended", type=float, metavar="SECONDS", default=d["show_ended"],
                    help="seconds an ended session nobody has seen stays in `ps` "
                         "(default 86400; `ps --all` lists every ended session kept)")
@@ -146,6 +152,10 @@ def _refusal(args) -> str | None:
         return "--backlog-bytes must be at least 4096"
     if args.max_sessions_per_user < 1:
         return "--max-sessions-per-user must be at least 1"
+    if args.max_record_bytes_per_user < recordbudget.LARGEST:
+        return (f"--max-record-bytes-per-user must be at least {recordbudget.LARGEST} "
+                f"(the longest record one session can make), not "
+                f"{args.max_record_bytes_per_user}")
     if args.screen_memory < screenmemory.FLOOR:
         return (f"--screen-memory must be at least {screenmemory.FLOOR} "
                 "(one session's smallest share)")
@@ -215,6 +225,7 @@ async def _serve(args) -> None:
     host = await Host.start(Config(backlog_bytes=args.backlog_bytes,
                                    user_manager=args.user,
                                    max_sessions_per_user=args.max_sessions_per_user,
+                                   max_record_bytes_per_user=args.max_record_bytes_per_user,
                                    show_ended=args.show_ended,
                                    state_dir=statedir.default_path()), parked, end)
     os.environ.pop(bridge.ENV, None)  # never passed on (the check, a manual start)

@@ -357,7 +357,7 @@ class Connection(asyncio.Protocol):
             self.send(P.Ok())
         elif isinstance(msg, P.Rename):
             s = self._session(msg.session)
-            self.host.rename(s, msg.name, by_control=self.control)
+            self.host.rename(s, msg.name, self.uid, by_control=self.control)
             await self.host.saved()  # joins the rename's write (host.save)
             self.send(P.SessionInfo(session=s.info()))
         elif isinstance(msg, P.Attach):

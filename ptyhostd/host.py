@@ -14,13 +14,14 @@ import os
 import pwd
 import time
 import unicodedata
-from typing import Callable, Optional
+from typing import Callable, NoReturn, Optional
 
 import clowder_wire as protocol
 from clowder_common import events, fdlimit, sdnotify
 from clowder_common.ratelog import RateLimitedLog
 
-from . import bridge, fdstore, handoff, inputseq, peer, pty, screenmemory, sessionenv, statedir
+from . import (bridge, fdstore, handoff, inputseq, peer, pty, recordbudget, screenmemory,
+               sessionenv, statedir)
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import Manifest
 from .manifestwriter import ManifestWriteError, ManifestWriter
@@ -48,7 +49,9 @@ class Config:
 
     def __init__(self, *, backlog_bytes: int = 4 << 20, max_exited: int = 256,
                  show_ended: float = 86400.0, user_manager: bool = False,
-                 max_sessions_per_user: int = 1024, state_dir: Optional[str] = None):
+                 max_sessions_per_user: int = 1024,
+                 max_record_bytes_per_user: int = recordbudget.DEFAULT,
+                 state_dir: Optional[str] = None):
         self.backlog_bytes = backlog_bytes
         # Ended sessions kept for ps/wait/backlog before the oldest go.
         self.max_exited = max_exited
@@ -60,6 +63,9 @@ class Config:
         # Running sessions one non-root uid may have: one user takes at most 1/8 of the
         # store's 8,190 sessions (FileDescriptorStoreMax=16384, two fds each).
         self.max_sessions_per_user = max_sessions_per_user
+        # Bytes one non-root uid's manifest records (running and ended sessions) may
+        # take: every start parses them all before it serves anyone (recordbudget.py).
+        self.max_record_bytes_per_user = max_record_bytes_per_user
         # Where sessions' records and last screens are saved for the next boot
         # (statedir.py); None: nowhere.
         self.state_dir = state_dir
@@ -274,11 +280,15 @@ class Host(Adoption):
                        if s.uid == uid and s.state in ("starting", "running"))
             limit = self.config.max_sessions_per_user
             if mine >= limit:
-                text = (f"uid {uid} already has {mine} running sessions, the most one user "
-                        f"may have (--max-sessions-per-user / CLOWDER_MAX_SESSIONS_PER_USER="
-                        f"{limit} on clowder-ptyhost.service); end one first")
-                _log_refusal("user-limit", text, uid)
-                raise RequestError(text, "limit")
+                _refuse_spawn("user-limit", uid, (
+                    f"uid {uid} already has {mine} running sessions, the most one user "
+                    f"may have (--max-sessions-per-user / CLOWDER_MAX_SESSIONS_PER_USER="
+                    f"{limit} on clowder-ptyhost.service); end one first"))
+            # An empty name becomes the session's id, 8 hex digits.
+            text = self._over_record_budget(uid, recordbudget.new_record(
+                name or "0" * 8, argv, req.cwd), "this session's record")
+            if text:
+                _refuse_spawn("record-limit", uid, text)
         if sdnotify.under_systemd():
             ours = fdstore.store_slots(len(self.sessions), sum(
                 1 for s in self.sessions.values() if s.master is not None))
@@ -393,10 +403,11 @@ class Host(Adoption):
                                    f"{name!r} ({s.id}): choose another name, or "
                                    f"`clowderctl rename {s.id} NEW` first", "name-taken")
 
-    def rename(self, s: Session, name: str, by_control: bool = False) -> None:
+    def rename(self, s: Session, name: str, client_uid: int, by_control: bool = False) -> None:
         """Give ``s`` a new name, checked as a spawn's is (printable, unique among the
         owner's running sessions, ``agent:`` names and agents' sessions only from
-        clowder-control, which finds its agents by name)."""
+        clowder-control, which finds its agents by name, within the owner's record
+        budget unless the client is root)."""
         _check_name(name)
         if not name:
             raise RequestError("a session name may not be empty", "bad-request")
@@ -407,10 +418,23 @@ class Host(Adoption):
         if name == s.name:
             return
         self._check_name_free(name, s.uid, keep=s)
+        if client_uid != 0:
+            text = self._over_record_budget(s.uid, recordbudget.renamed(s.name, name),
+                                            "the new name")
+            if text:
+                raise RequestError(text, "limit")
         old, s.name = s.name, name
         log.info("session %s: renamed from %r to %r", s.id, old, name,
                  extra={"CLOWDER_SESSION": s.id, "CLOWDER_CAUSE": "rename"})
         self.save()
+
+    def _over_record_budget(self, uid: int, adding: int, what: str) -> Optional[str]:
+        """Why adding ``adding`` bytes to ``uid``'s manifest records must be refused, or
+        None.  The sum walks the table as the session count does: each record's encoding
+        is kept between changes (Session.record_json), ~0.2 ms at 1,024 sessions."""
+        held = sum(len(s.record_json()) for s in self.sessions.values() if s.uid == uid)
+        return recordbudget.refusal(uid, held, adding, self.config.max_record_bytes_per_user,
+                                    what)
 
     def shown_in_ps(self, s: Session, now: float) -> bool:
         """Whether a plain `ps` lists ``s``: not once an ended session was seen, or
@@ -796,6 +820,13 @@ def _log_refusal(cause: str, text: str, uid: Optional[int] = None) -> None:
     if the refusal is that uid's alone), with how many were not logged since."""
     _refusals.warning((cause, uid), "spawn refused: %s", text,
                       extra={"CLOWDER_CAUSE": cause, **events.fields("spawn-refused")})
+
+
+def _refuse_spawn(cause: str, uid: int, text: str) -> NoReturn:
+    """Refuse a spawn past one of ``uid``'s limits: logged (_log_refusal), and told to
+    the client as a ``limit`` error."""
+    _log_refusal(cause, text, uid)
+    raise RequestError(text, "limit")
 
 
 def _check_argv(argv) -> list[str]:

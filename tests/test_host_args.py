@@ -8,9 +8,11 @@ import sys
 import pytest
 
 from ptyhostd import __main__ as host_main
+from ptyhostd import recordbudget
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENVS = [{}, {"CLOWDER_BACKLOG_BYTES": "65536", "CLOWDER_MAX_SESSIONS_PER_USER": "3",
+             "CLOWDER_MAX_RECORD_BYTES_PER_USER": "300000",
              "CLOWDER_SHOW_ENDED": "2.5", "CLOWDER_INPUT_QUEUE_BYTES": "8192",
              "CLOWDER_INPUT_DEADLINE": "0.5", "CLOWDER_SCREEN_ENGINE": "pyte",
              "CLOWDER_SCREEN_MEMORY": "99999999", "CLOWDER_LOG_LEVEL": "DEBUG"}]
@@ -38,6 +40,9 @@ def test_any_other_command_line_goes_to_argparse(argv):
 @pytest.mark.parametrize("name, value, said", [
     ("CLOWDER_LOG_LEVEL", "loud", "unknown log level 'loud'"),
     ("CLOWDER_BACKLOG_BYTES", "100", "--backlog-bytes must be at least 4096"),
+    ("CLOWDER_MAX_RECORD_BYTES_PER_USER", "65536",
+     f"--max-record-bytes-per-user must be at least {recordbudget.LARGEST} (the longest "
+     "record one session can make), not 65536"),
     ("CLOWDER_INPUT_DEADLINE", "0", "--input-deadline positive")])
 def test_a_bad_default_is_refused_as_argparse_refuses_it(name, value, said):
     run = subprocess.run([sys.executable, "-m", "ptyhostd", "--system"], cwd=ROOT,
