@@ -22,10 +22,11 @@ from test_access import system_host  # noqa: F401  (the fixture: alice, bob, the
 LIMIT = 3
 
 
-def refused_lines(since: str) -> list[dict]:
-    """The host's "spawn refused" lines past a user's limit, since ``since``."""
+def refused_lines(since: str, cause: str = "user-limit") -> list[dict]:
+    """The host's "spawn refused" lines past a user's limit (``cause``: ``user-limit``,
+    the session limit; ``record-limit``, the record budget), since ``since``."""
     out = subprocess.run(["journalctl", "--no-pager", "-o", "json", "--since", since,
-                          "-u", "clowder-ptyhost.service", "CLOWDER_CAUSE=user-limit"],
+                          "-u", "clowder-ptyhost.service", f"CLOWDER_CAUSE={cause}"],
                          capture_output=True, text=True, check=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
