@@ -11,7 +11,9 @@ So work is taken by class, then by user in turn:
 - a request's work (someone waits on it: an attach's repaint, a snapshot, a history)
   before a model's catching up and upkeep, except that while catching up waits, one
   thread is always left to it: requests can never hold every model back (a model that
-  lags stops its pty's reading, so that would stall every session's output);
+  lags stops its pty's reading, so that would stall every session's output); and a
+  thread feeding a model ends its turn at the next slice when a request waits and no
+  thread serves one (``wants_a_thread``);
 - within a class, each user's queue in turn (round robin), first come first served
   within a user's: a user's thousand sessions take one turn in each round, as a user
   with one does.
@@ -53,6 +55,13 @@ class Pool:
             queues.setdefault(owner, collections.deque()).append((future, fn, args))
             self._cv.notify()
         return future
+
+    def wants_a_thread(self) -> bool:
+        """Whether a request waits and none runs: a thread feeding a model then stops
+        its turn early and takes it (screenwork.feed_plan's ``stop``), so a request waits
+        for a slice of a feed, not a whole turn.  Read without the lock: a stale answer
+        costs a turn ended early or a request served a slice later, nothing more."""
+        return bool(self._queues[REQUEST]) and self._requests_running == 0
 
     def waiting(self) -> tuple[int, int]:
         """How many requests and upkeep works wait (for tests and the journal)."""

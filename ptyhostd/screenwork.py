@@ -45,11 +45,20 @@ SLICE_WORK = WORK_BUDGET // 100  # a slice's work that counts as "little": ~10 m
 Step = Union[bytes, tuple]  # output to feed, or (cols, rows) to resize to
 
 
-def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
-    """Feed ``plan`` to ``screen`` (in a worker thread); False if it stopped at the budget."""
+BUDGET_HIT = -1  # feed_plan: the plan cost more than its budget
+
+
+def feed_plan(screen, plan: list[Step], budget: int = WORK_BUDGET,
+              stop: Optional[Callable[[], bool]] = None) -> int:
+    """Feed ``plan`` to ``screen`` (in a worker thread); what it left unfed: 0 (none),
+    ``BUDGET_HIT`` (it stopped at the budget), or, when ``stop()`` said a request waits
+    for this thread, the bytes of the plan's last step not fed yet (asked between its
+    slices, after the first: a turn of a costly flood is 5-50 ms, a slice well under
+    one; the caller feeds the rest at its next turn)."""
     start = screen.work
     screenmemory.fit(screen)  # a share changed since: trimmed before it grows again
-    for step in plan:
+    last = len(plan) - 1
+    for n, step in enumerate(plan):
         if isinstance(step, tuple):
             screen.resize(*step)
             continue
@@ -59,7 +68,9 @@ def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
             screen.feed(step[i:i + size])
             i += size
             if screen.work - start > budget:
-                return False
+                return BUDGET_HIT
+            if n == last and stop is not None and i < len(step) and stop():
+                return len(step) - i
             # Cheap output is fed in bigger slices, costly output in SLICE: each feed is
             # a cffi call that gives the GIL up and takes it back, and a thread doing that
             # thousands of times a second starves the loop of the GIL (CPython switches
@@ -70,32 +81,34 @@ def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
             elif cost > SLICE_WORK:
                 size = SLICE
     # Not compacted here: compression waits for quiet output (session.COMPACT_AFTER).
-    return True
+    return 0
 
 
-def run_plan_timed(screen, plan: list[Step], budget: int = WORK_BUDGET) -> tuple:
-    """``run_plan``, and the CPU seconds this thread spent on it (the model's own cost,
-    whatever else the machine is doing)."""
-    start = time.thread_time()
-    ok = run_plan(screen, plan, budget)
-    return ok, time.thread_time() - start
+def run_plan(screen, plan: list[Step], budget: int = WORK_BUDGET) -> bool:
+    """Feed all of ``plan`` to ``screen``; False if it stopped at the budget."""
+    return feed_plan(screen, plan, budget) != BUDGET_HIT
 
 
 def run_plan_then(screen, plan: list[Step], what: Optional[Callable],
-                  budget: int = WORK_BUDGET) -> tuple:
-    """``run_plan_timed``, then what a request wants from the model, in the same turn
-    of the worker: a repaint or snapshot that finds output not fed yet (an attach right
-    after a flood) takes one hop to the pool, not two (~0.1-0.3 ms each).  Returns
-    ``(ok, seconds, result, error)``: nothing is rendered when the plan stopped at the
-    budget (the caller rebuilds the model first), and an error of ``what`` is returned,
-    to be raised on the loop once the feed is accounted for."""
-    ok, seconds = run_plan_timed(screen, plan, budget)
-    if not ok or what is None:
-        return ok, seconds, None, None
+                  budget: int = WORK_BUDGET,
+                  stop: Optional[Callable[[], bool]] = None) -> tuple:
+    """``feed_plan``, then what a request wants from the model, in the same turn of the
+    worker: a repaint or snapshot that finds output not fed yet (an attach right after
+    a flood) takes one hop to the pool, not two (~0.1-0.3 ms each).  Returns
+    ``(ok, seconds, result, error, unfed)``: ``seconds``, the CPU this thread spent
+    feeding (the model's own cost, whatever else the machine is doing); nothing is
+    rendered when the plan stopped at the budget (the caller rebuilds the model first);
+    an error of ``what`` is returned, to be raised on the loop once the feed is
+    accounted for; ``unfed``, the bytes ``stop`` left for the next turn (a feed alone)."""
+    began = time.thread_time()
+    left = feed_plan(screen, plan, budget, stop if what is None else None)
+    seconds = time.thread_time() - began
+    if left == BUDGET_HIT or what is None:
+        return left != BUDGET_HIT, seconds, None, None, max(left, 0)
     try:
-        return ok, seconds, what(screen), None
+        return True, seconds, what(screen), None, 0
     except Exception as exc:
-        return ok, seconds, None, exc
+        return True, seconds, None, exc, 0
 
 
 async def run(fn: Callable, *args, owner: Optional[int] = None, request: bool = False):

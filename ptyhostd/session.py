@@ -715,10 +715,14 @@ class Session:
             # One hop to the pool (~0.1-0.3 ms each here): for ``what`` alone when the
             # model is current (an idle session's repaint, snapshot or history), for the
             # feed and ``what`` together when output came since.
-            ok, seconds, result, error = await self._pool(
-                screenwork.run_plan_then, screen, plan, what, request=request) \
-                if plan else (True, 0.0, _UNRENDERED, None)
-            fed = sum(len(step) for step in plan if isinstance(step, bytes))
+            ok, seconds, result, error, unfed = await self._pool(
+                screenwork.run_plan_then, screen, plan, what, screenwork.WORK_BUDGET,
+                screenwork.POOL.wants_a_thread, request=request) \
+                if plan else (True, 0.0, _UNRENDERED, None, 0)
+            # A feed that gave its thread to a request: the rest of its last step (the
+            # newest output; no resize after it) is fed at the next turn.
+            self.screen_pos -= unfed
+            fed = sum(len(step) for step in plan if isinstance(step, bytes)) - unfed
             if fed >= 16 * 1024 and seconds > 0:  # a turn long enough to time
                 self._model_lag = int(min(MODEL_LAG_MAX, max(
                     MODEL_LAG_MIN, fed / seconds * MODEL_LAG_SECONDS)))

@@ -110,3 +110,17 @@ def test_cancelled_work_is_skipped_and_errors_come_back():
     assert pool.submit(gate.work, "after").result(timeout=DEADLINE) == "after"
     assert gate.order == ["busy", "after"]
     assert pool.waiting() == (0, 0)
+
+
+def test_a_feed_is_asked_to_give_its_thread_only_while_a_request_waits_and_none_runs():
+    pool, gate = Pool(workers=2), Gate()
+    feeds = _fill(pool, gate, [("feed0", 1000, False), ("feed1", 1000, False)])
+    gate.wait_started(2)
+    assert not pool.wants_a_thread()  # nothing waits
+    snaps = _fill(pool, gate, [("snap0", 1001, True), ("snap1", 1002, True)])
+    assert pool.wants_a_thread()  # a request waits, none runs: a feed should stop
+    gate.let("feed0")
+    gate.wait_started()
+    assert gate.order[2] == "snap0" and not pool.wants_a_thread()  # one runs now
+    _drain(gate, feeds + snaps)
+    assert not pool.wants_a_thread()
