@@ -68,6 +68,7 @@ from rebootbox import KEYS as REBOOT_KEYS, RebootBox
 from test_attach import attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
 from test_hostile_gone import spawn_then_bad_frame
+from test_hostile_screen_memory import coloured
 from test_watchdog import timespan
 from test_web import (HTTP_FLOODS, _Connections, _on_debians_aiohttp, _remove_web_drop_in,
                       get, login)
@@ -88,7 +89,8 @@ CONTROL_RSS_BOUND = 192 << 20
 WEB_RSS_BOUND = 128 << 20
 # Seconds an event kind rests after it was thrown before it is thrown again: a reboot
 # takes seconds (a poweroff, a boot, the checks), and a run of them would be the run.
-REST = {"reboot": 20.0, "power-cut": 20.0, "long-listing": 10.0, "many-ends": 10.0}
+REST = {"reboot": 20.0, "power-cut": 20.0, "long-listing": 10.0, "many-ends": 10.0,
+        "crowd": 10.0}
 # The web view's events (clowder-web exists for the system scope only); after each,
 # clowder-web must serve a fresh login and list every counter within WEB_BACK seconds.
 WEB_EVENTS = frozenset({"web-flood", "web-kill-9", "web-restart"})
@@ -113,6 +115,14 @@ LONG_RENAMERS = 4  # clients renaming them at once
 # test_hostile_capacity.py).
 MANY_ENDS = 300
 ENDS_USER, ENDS_UID = "soak-ends", 2050
+
+# "crowd" (system scope): another user's sessions all printing coloured text as fast as
+# their models follow, for a few seconds, while the run types and snapshots its own: the
+# screen pool serves requests first and users in turn, and the scrollback budget is
+# split by user (test_hostile_screen_pool.py, test_hostile_screen_memory.py).
+CROWD = 8  # each may hold an 8 MB model and a 4 MiB ring: within HOST_RSS_BOUND
+CROWD_SECONDS = 3.0
+CROWD_USER, CROWD_UID = "soak-crowd", 2051
 
 # "spawn-cut": spawns whose connection the host closes mid-way, on a bad frame sent once
 # the spawn is in the host's table: none may stay `starting` (test_hostile_gone.py).
@@ -614,6 +624,32 @@ class Soak:
         assert len(kept) < MANY_ENDS, "no ended session was let go: the cap was not passed"
         self.host.ctl("rm", *[s["id"] for s in kept])
 
+    def crowd(self) -> None:
+        ensure_user(CROWD_USER, CROWD_UID)
+        path = f"/tmp/soak-crowd-{os.getpid()}.bin"
+        if not os.path.exists(path):
+            with open(path + ".tmp", "wb") as f:
+                f.write(coloured(3000))
+            os.chmod(path + ".tmp", 0o644)
+            os.rename(path + ".tmp", path)
+        with Client(self.host.socket, timeout=60) as c:
+            sids = [c.request(P.Spawn(argv=["sh", "-c", f"while :; do cat {path}; done"],
+                                      user=CROWD_USER, cwd="/"), P.SessionInfo).session["id"]
+                    for _ in range(CROWD)]
+        try:
+            end = time.monotonic() + CROWD_SECONDS
+            while time.monotonic() < end:
+                self.type_lines(1)
+                shown = self.host.ctl("snapshot", self.echo, check=False)
+                assert shown.returncode == 0, \
+                    f"the run's snapshot beside {CROWD} floods: {shown.stderr[-200:]!r}"
+        finally:
+            for sid in sids:
+                self.host.ctl("kill", sid, check=False)
+        wait_for(lambda: all(self.host.ps()[sid]["state"] not in ("starting", "running") for sid in sids),
+                 30, f"{CROWD_USER}'s floods to end")
+        self.host.ctl("rm", *sids)
+
     def spawn_cut(self) -> None:
         before = set(self.host.ps())
         throw = self.counts.get("spawn-cut", 0)
@@ -651,6 +687,7 @@ class Soak:
                        "web-restart": self.web_restart})
             # A user manager's host runs every session as its own user: one uid.
             ev["many-ends"] = self.many_ends
+            ev["crowd"] = self.crowd
         if ONLY:  # to replay one failure mode; the default run throws every kind
             ev = {k: v for k, v in ev.items() if k in ONLY}
         return ev
