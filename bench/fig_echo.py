@@ -15,6 +15,10 @@ the same server, with no client attached, each print SCALE_RATE bytes a second o
 log-like lines (a paced writer: a chunk every 20 ms, each session's phase random).  Only
 for the peers that hold many sessions in one server (tmux, clowder); the server's CPU
 share during the samples is recorded beside the latencies.
+
+"32 floods" (a crowd): meanwhile CROWD_SESSIONS other sessions in the same server, with
+no client attached, each cat the flood's file in a loop as fast as the server takes it
+(another user's many agents printing at once); the same peers, the same CPU share.
 """
 
 from __future__ import annotations
@@ -29,11 +33,14 @@ import types
 from common import ECHO_ARGV, cpu_seconds, flood_argv, log, median, percentile, read_until
 from peers import unique
 
-LOADS = ("idle", "flood", "100 x 100 KB/s")
+LOADS = ("idle", "flood", "100 x 100 KB/s", "32 floods")
 SCALE = LOADS[2]
 SCALE_SESSIONS = 100
 SCALE_RATE = 100_000  # bytes a second, each
 SCALE_PEERS = ("tmux", "clowder", "clowderctl")
+CROWD = LOADS[3]
+CROWD_SESSIONS = 32
+MANY = (SCALE, CROWD)  # the loads of many sessions in the peer's server
 
 # The paced writer of the scale load: SCALE_RATE bytes a second in chunks every 20 ms,
 # on schedule (a late chunk does not shift the ones after it).
@@ -58,20 +65,19 @@ def paced_argv(rate: int) -> list[str]:
     return ["/usr/bin/python3", "-c", PACED, str(rate)]
 
 
-def _start_scale(peer):
-    """SCALE_SESSIONS paced sessions in the peer's server, no client attached.
+def _start_many(peer, argv: list[str], count: int):
+    """``count`` sessions of ``argv`` in the peer's server, no client attached.
     Returns (beside, server pids, stop)."""
-    argv = paced_argv(SCALE_RATE)
     if peer.name == "tmux":
         sock = unique("scale")
-        for i in range(SCALE_SESSIONS):
+        for i in range(count):
             peer._tmux(sock, "new-session", "-d", "-s", f"p{i}", "-x", "80", "-y", "24",
                        "--", *argv)
         server = peer._server_pid(sock)
         return (types.SimpleNamespace(tmux_socket=sock), [server],
                 lambda: peer._tmux(sock, "kill-server", check=False))
     import clowder
-    sids = [peer._spawn(argv) for _ in range(SCALE_SESSIONS)]
+    sids = [peer._spawn(argv) for _ in range(count)]
 
     def stop():
         conn = peer._conn()
@@ -131,17 +137,17 @@ def echo_once(term, i: int, timeout: float = 5.0) -> float:
 
 
 def measure(peer, samples: int, rng: random.Random, flood_path: str | None = None,
-            scale: dict | None = None) -> list[float]:
-    """Echo samples; with ``scale`` (a dict), under the scale load, whose server CPU share
-    during the samples is put into it."""
+            scale: dict | None = None, many: tuple | None = None) -> list[float]:
+    """Echo samples; with ``many`` (argv, count) the sessions of a load of many (MANY),
+    and ``scale``, a dict the server's CPU share during the samples is put into."""
     flood = drainer = None
     stop_scale = None
     beside = None
     if flood_path:
         flood, drainer = _start_flood(peer, flood_path)
         beside = flood
-    elif scale is not None:
-        beside, servers, stop_scale = _start_scale(peer)
+    elif many is not None:
+        beside, servers, stop_scale = _start_many(peer, *many)
     try:
         term = peer.open(ECHO_ARGV, beside=beside)
     except BaseException:
@@ -184,15 +190,18 @@ def run(peers: list, samples: int, rounds: int, flood_path: str) -> dict:
         order = peers[r % len(peers):] + peers[:r % len(peers)]
         for load in LOADS:
             for peer in order:
-                if load == SCALE and peer.name not in SCALE_PEERS:
+                if load in MANY and peer.name not in SCALE_PEERS:
                     continue
                 try:
-                    scale = {} if load == SCALE else None
+                    scale = {} if load in MANY else None
+                    many = {SCALE: (paced_argv(SCALE_RATE), SCALE_SESSIONS),
+                            CROWD: (flood_argv(flood_path), CROWD_SESSIONS)}.get(load)
                     lat = measure(peer, samples, rng, flood_path if load == "flood" else None,
-                                  scale)
+                                  scale, many)
                     got.setdefault((peer.name, load), []).extend(lat)
                     if scale:
-                        shares.setdefault(peer.name, []).append(scale["server_cpu_share"])
+                        shares.setdefault((peer.name, load), []).append(
+                            scale["server_cpu_share"])
                     log(f"echo round {r + 1}/{rounds} {load} {peer.name}: p50 "
                         f"{median(lat) * 1e3:.2f} ms, p99 {percentile(lat, 99) * 1e3:.2f} ms")
                 except Exception as exc:
@@ -210,9 +219,11 @@ def run(peers: list, samples: int, rounds: int, flood_path: str) -> dict:
                     "p99_ms": percentile(lat, 99) * 1e3,
                     "max_ms": max(lat) * 1e3,
                 }
-        if peer.name in shares:
-            summary[peer.name][SCALE]["server_cpu_share"] = median(shares[peer.name])
+        for load in MANY:
+            if (peer.name, load) in shares and load in summary[peer.name]:
+                summary[peer.name][load]["server_cpu_share"] = median(shares[peer.name, load])
     return {"samples_per_round": samples, "rounds": rounds, "loads": list(LOADS),
             "scale": {"sessions": SCALE_SESSIONS, "bytes_per_s": SCALE_RATE,
-                      "peers": list(SCALE_PEERS)},
+                      "peers": list(SCALE_PEERS), "load": SCALE},
+            "crowd": {"sessions": CROWD_SESSIONS, "peers": list(SCALE_PEERS), "load": CROWD},
             "peers": summary}

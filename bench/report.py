@@ -290,24 +290,32 @@ def _echo(res: dict) -> str:
         header += [f"{load}: p50 ms", "p99 ms", "max ms", "p50 x tmux"]
     out = (f"{res['samples_per_round']} keystrokes a round, {res['rounds']} rounds, pooled "
            "(samples per load).\n\n" + _table(header + ["samples", "errors"], rows))
-    scale = res.get("scale")
-    if scale:
-        load = loads[-1]
-        parts = []
-        for name in _ordered(peers):
-            d = peers[name].get(load, {})
-            if "p50_ms" in d:
-                tmux = get("tmux", load, "p99_ms")
-                parts.append(f"{name} p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms"
-                             + (f" ({d['p99_ms'] / tmux:.1f} x tmux's p99)"
-                                if tmux and name != "tmux" else "")
-                             + (f", server CPU {d['server_cpu_share'] * 100:.0f} %"
-                                if d.get("server_cpu_share") is not None else ""))
-        out += (f"\n\"{load}\" (scale): {scale['sessions']} other sessions in the same "
-                f"server each print {scale['bytes_per_s'] / 1e3:g} KB/s while the client "
-                "types in another; only the peers that hold many sessions in one server.  "
-                + "; ".join(parts) + ".\n")
+    for kind in ("scale", "crowd"):
+        out += _many(res, kind)
     return out
+
+
+def _many(res: dict, kind: str) -> str:
+    """The paragraph of a load of many sessions in the server (fig_echo.MANY)."""
+    peers, loads, many = res["peers"], res.get("loads", ["idle"]), res.get(kind)
+    if not many:
+        return ""
+    load = many.get("load", loads[-1])  # older results: the scale load was the last
+    tmux = peers.get("tmux", {}).get(load, {}).get("p99_ms")
+    parts = []
+    for name in _ordered(peers):
+        d = peers[name].get(load, {})
+        if "p50_ms" in d:
+            parts.append(f"{name} p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms"
+                         + (f" ({d['p99_ms'] / tmux:.1f} x tmux's p99)"
+                            if tmux and name != "tmux" else "")
+                         + (f", server CPU {d['server_cpu_share'] * 100:.0f} %"
+                            if d.get("server_cpu_share") is not None else ""))
+    what = (f"each print {many['bytes_per_s'] / 1e3:g} KB/s" if kind == "scale"
+            else "each cat the flood's file in a loop, no client attached")
+    return (f"\n\"{load}\" ({kind}): {many['sessions']} other sessions in the same "
+            f"server {what} while the client types in another; only the peers that hold "
+            "many sessions in one server.  " + "; ".join(parts) + ".\n")
 
 
 def _memory(res: dict) -> str:
