@@ -89,7 +89,10 @@ throughput file in a loop to its own attached client, drained by a `cat` process
 no client attached, each print 100 KB/s of log lines (a paced Python writer, a 2 KB
 chunk every 20 ms); tmux and clowder only (screen and dtach run a process per session,
 so the load would not share their client's server).  The server's CPU share during the
-samples shows the load was really there.
+samples shows the load was really there.  "32 floods" (a crowd): meanwhile 32 other
+sessions in the same server, no client attached, each cat the throughput file in a loop
+as fast as the server takes it (another user's agents all printing at once); the same
+peers and CPU share.
 
 **4. Memory per session.** Sessions are added without a client (1, then 10, then 100)
 and the PSS (/proc/PID/smaps_rollup) of the peer's server processes is summed: tmux's
