@@ -16,8 +16,10 @@ their scrollback - is written here (``StateDirectory=clowder-ptyhost``: systemd 
 Bounds (docs/design.md "Across a reboot"): a file is rewritten at most every INTERVAL
 seconds and only when the session's output, size, name or state changed; one file is at
 most FILE_MAX bytes; one round writes at most ROUND_BUDGET bytes and makes files for at
-most ROUND_SECONDS (the rest wait for the next round, least recently saved first); the directory holds at most TOTAL_MAX bytes
-(past it the files of the sessions that ended longest ago go first).  The text is made
+most ROUND_SECONDS (the rest wait for the next round; users in turn, each user's least
+recently saved first); the directory holds at most TOTAL_MAX bytes (past it ended
+sessions' files go, from the user whose files take the most and more than an equal
+share, longest ended first).  The text is made
 in the screen pool (the model's own worker), the file written in a thread: never on the
 byte path nor on the event loop.  Writes are atomic: a temporary file, fsync, rename.
 
@@ -291,17 +293,17 @@ class StateDir:
         if self.frozen or self.dir is None:
             return
         loop = asyncio.get_running_loop()
-        sessions = [s for s in host.sessions.values()
-                    if s.state in ("running", "exited", "lost")]
-        sessions.sort(key=lambda s: self._saved_at.get(s.id, 0.0))
+        changed = []  # (session, what its file will hold)
+        for s in host.sessions.values():
+            if s.state in ("running", "exited", "lost"):
+                key = (s.ring.head, s.record_json())
+                if self._saved.get(s.id) not in (key, TRIMMED):
+                    changed.append((s, key))
         budget = ROUND_BUDGET
         until = time.monotonic() + ROUND_SECONDS
-        for s in sessions:
+        for s, key in self._in_turn(changed):
             if s.id not in host.sessions:
                 continue  # removed meanwhile
-            key = (s.ring.head, s.record_json())
-            if self._saved.get(s.id) in (key, TRIMMED):
-                continue
             if not force and time.monotonic() > until:
                 break  # the rest next round, least recently saved first
             data = await self._render(s)
@@ -325,6 +327,18 @@ class StateDir:
             self._saved[s.id] = key
             self._saved_at[s.id] = time.monotonic()
         self._trim(host)
+
+    def _in_turn(self, changed: list) -> list:
+        """The changed sessions in the order a round saves them: users in turn, each
+        user's least recently saved first.  By session alone, alice's 600 sessions that
+        print went before bob's one, and his file waited minutes for its turn (a reboot
+        then gives him back an old screen: test_hostile_statedir.py)."""
+        by_uid: dict[int, list] = {}
+        for item in sorted(changed, key=lambda item: self._saved_at.get(item[0].id, 0.0)):
+            by_uid.setdefault(item[0].uid, []).append(item)
+        rank = {item[0].id: n for items in by_uid.values() for n, item in enumerate(items)}
+        return sorted(changed, key=lambda item: (rank[item[0].id],
+                                                 self._saved_at.get(item[0].id, 0.0)))
 
     async def _render(self, s) -> Optional[bytes]:
         """The file's bytes for ``s``: header, record, scrollback tail and repaint."""
@@ -350,19 +364,40 @@ class StateDir:
                     pass  # removed since
 
     def _trim(self, host) -> None:
-        """Past TOTAL_MAX: the files of the sessions that ended longest ago go."""
+        """Past TOTAL_MAX, ended sessions' files go: each from the user whose files take
+        the most bytes, of theirs the one that ended longest ago, and never from a user
+        whose files take no more than an equal share of the cap.  Oldest first for
+        everyone, alice's many running sessions' files pushed out bob's last ended one
+        (test_hostile_statedir.py); now, if only running sessions' files are over, they
+        stay and the cap's excess is reported."""
         self._measure()
         total = sum(self.sizes.values())
         if total <= self.total_max:
             return
-        ended = sorted((s for s in host.sessions.values() if s.state in ("exited", "lost")
-                        and s.id in self.sizes), key=lambda s: s.ended_at or 0)
-        for s in ended:
-            if total <= self.total_max:
-                break
-            total -= self.sizes.pop(s.id)
+        held: dict[int, int] = {}  # uid -> the bytes of that user's files
+        ended: dict[int, list] = {}  # uid -> that user's ended sessions with a file
+        for s in host.sessions.values():
+            if s.id in self.sizes:
+                held[s.uid] = held.get(s.uid, 0) + self.sizes[s.id]
+                if s.state in ("exited", "lost"):
+                    ended.setdefault(s.uid, []).append(s)
+        for items in ended.values():
+            items.sort(key=lambda s: s.ended_at or 0, reverse=True)  # the oldest last
+        share = self.total_max // max(len(held), 1)
+        while total > self.total_max:
+            over = [u for u in ended if held[u] > share]
+            if not over:
+                break  # the rest is running sessions' files, or within every share
+            uid = max(over, key=lambda u: held[u])
+            s = ended[uid].pop()
+            if not ended[uid]:
+                del ended[uid]
+            size = self.sizes.pop(s.id)
+            total -= size
+            held[uid] -= size
             self._unlink(self._file(s.id))
             self._saved[s.id] = TRIMMED  # not written again: it would be trimmed again
         if total > self.total_max:
-            self.report("state-over-cap", f"running sessions' files alone take {total} "
-                        f"bytes, over the {self.total_max} cap ($CLOWDER_STATE_BYTES)")
+            self.report("state-over-cap", f"the saved sessions' files take {total} bytes, "
+                        f"over the {self.total_max} cap ($CLOWDER_STATE_BYTES): running "
+                        f"sessions' files, and ended ones of users within an equal share")
