@@ -22,6 +22,18 @@ import clowder_wire as P
 MiB = 1 << 20
 
 
+@contextlib.contextmanager
+def environment(host, **env):
+    """``host`` restarted with ``env`` in a drop-in of its unit (a smaller limit, budget
+    or cap for one test); the drop-in is removed after."""
+    host.drop_in("[Service]\n" + "".join(f"Environment={k}={v}\n" for k, v in env.items()))
+    host.restart()
+    try:
+        yield host
+    finally:
+        host.remove_drop_ins()
+
+
 def rss_kib(pid: int) -> int:
     """The current resident set of ``pid``, in KiB."""
     for line in open(f"/proc/{pid}/status"):

@@ -16,7 +16,7 @@ import pytest
 
 import clowder_wire as P
 from conftest import wait_for
-from hostile import connect_as
+from hostile import connect_as, environment
 from test_access import system_host  # noqa: F401  (the fixture: alice, bob, the host)
 
 LIMIT = 3
@@ -33,10 +33,8 @@ def refused_lines(since: str, cause: str = "user-limit") -> list[dict]:
 
 @pytest.fixture
 def capped_host(system_host):  # noqa: F811
-    system_host.drop_in(f"[Service]\nEnvironment=CLOWDER_MAX_SESSIONS_PER_USER={LIMIT}\n")
-    system_host.restart()
-    yield system_host
-    system_host.remove_drop_ins()
+    with environment(system_host, CLOWDER_MAX_SESSIONS_PER_USER=LIMIT) as h:
+        yield h
 
 
 def test_one_user_is_capped_others_are_not(capped_host):

@@ -22,7 +22,7 @@ import pytest
 import clowder_wire as P
 from ctl.client import Client
 from ptyhostd import recordbudget
-from hostile import connect_as, connections_as
+from hostile import connect_as, connections_as, environment
 from test_access import system_host  # noqa: F401  (alice, bob, mallory and the host)
 from test_hostile_agents import _HEADER, _manifest_fds
 from test_hostile_hoard import P99
@@ -66,10 +66,8 @@ def _flood(sock, sid: str, conn: int, replies: list) -> None:
 def roomy_host(system_host):  # noqa: F811
     """Alice's ~9 MB of records (root's spawns, not budgeted) renamed by her: past the
     default record budget, whose refusals are test_hostile_records.py's."""
-    system_host.drop_in(f"[Service]\nEnvironment={recordbudget.ENV}={64 << 20}\n")
-    system_host.restart()
-    yield system_host
-    system_host.remove_drop_ins()
+    with environment(system_host, **{recordbudget.ENV: 64 << 20}) as h:
+        yield h
 
 
 def test_a_flood_of_renames_over_the_largest_table_is_coalesced_and_kept(roomy_host):

@@ -18,6 +18,7 @@ import re
 import pytest
 
 from conftest import wait_for
+from hostile import environment
 from ptyhostd import recordbudget
 from test_access import system_host  # noqa: F401  (the fixture: alice, bob, the host)
 from test_hostile_capacity import refused_lines
@@ -34,10 +35,8 @@ TOOK = re.compile(r"take (\d+) bytes of the host's manifest and (.+) would add (
 @pytest.fixture
 def budget_host(system_host):  # noqa: F811
     assert BUDGET >= recordbudget.LARGEST
-    system_host.drop_in(f"[Service]\nEnvironment={recordbudget.ENV}={BUDGET}\n")
-    system_host.restart()
-    yield system_host
-    system_host.remove_drop_ins()
+    with environment(system_host, **{recordbudget.ENV: BUDGET}) as h:
+        yield h
 
 
 def _names(h, user: str) -> dict[str, str]:

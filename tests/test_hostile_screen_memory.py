@@ -21,7 +21,7 @@ import re
 import pytest
 
 from conftest import wait_for
-from hostile import MiB, Memory
+from hostile import MiB, Memory, environment
 from test_access import system_host  # noqa: F401  (the fixture: alice, bob, the host)
 
 SESSIONS = 32
@@ -53,11 +53,9 @@ def coloured(lines: int, cols: int = 80) -> bytes:
 
 @pytest.fixture
 def budget_host(system_host):  # noqa: F811
-    system_host.drop_in(f"[Service]\nEnvironment=CLOWDER_SCREEN_MEMORY={BUDGET}\n"
-                        f"Environment=CLOWDER_BACKLOG_BYTES={BACKLOG}\n")
-    system_host.restart()
-    yield system_host
-    system_host.remove_drop_ins()
+    with environment(system_host, CLOWDER_SCREEN_MEMORY=BUDGET,
+                     CLOWDER_BACKLOG_BYTES=BACKLOG) as h:
+        yield h
     if os.path.exists(FLOOD):
         os.unlink(FLOOD)
 

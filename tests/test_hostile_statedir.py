@@ -18,6 +18,7 @@ import time
 import clowder_wire as P
 from conftest import wait_for
 from ctl.client import Client
+from hostile import environment
 from test_access import system_host  # noqa: F401  (the fixture: alice, bob, the host)
 from test_reboot import journal_problem, read_saved, saved_file, state_dir
 
@@ -90,10 +91,8 @@ def test_anothers_file_is_saved_in_the_next_round_beside_one_users_many(system_h
 
 def test_past_the_cap_another_users_files_make_no_one_elses_go(system_host):
     h = system_host
-    h.drop_in(f"[Service]\nEnvironment=CLOWDER_STATE_BYTES={CAP}\n")
-    h.restart()
-    since = time.time()
-    try:
+    with environment(system_host, CLOWDER_STATE_BYTES=CAP):
+        since = time.time()
         bobs = h.spawn("seq", "100000", "104000", user="bob", cwd="/home/bob")
         wait_for(lambda: os.path.exists(saved_file(h, bobs))
                  and read_saved(saved_file(h, bobs))[0]["state"] == "exited", 30,
@@ -112,5 +111,3 @@ def test_past_the_cap_another_users_files_make_no_one_elses_go(system_host):
         assert "running sessions' files" in over, over
         for sid in sids:
             h.ctl("kill", sid, user="alice")
-    finally:
-        h.remove_drop_ins()
