@@ -123,6 +123,7 @@ ENDS_USER, ENDS_UID = "soak-ends", 2050
 CROWD = 8  # each may hold an 8 MB model and a 4 MiB ring: within HOST_RSS_BOUND
 CROWD_SECONDS = 3.0
 CROWD_USER, CROWD_UID = "soak-crowd", 2051
+CROWD_FILE = f"/tmp/soak-crowd-{os.getpid()}.bin"  # what they print, made once a run
 
 # "spawn-cut": spawns whose connection the host closes mid-way, on a bad frame sent once
 # the spawn is in the host's table: none may stay `starting` (test_hostile_gone.py).
@@ -626,7 +627,7 @@ class Soak:
 
     def crowd(self) -> None:
         ensure_user(CROWD_USER, CROWD_UID)
-        path = f"/tmp/soak-crowd-{os.getpid()}.bin"
+        path = CROWD_FILE
         if not os.path.exists(path):
             with open(path + ".tmp", "wb") as f:
                 f.write(coloured(3000))
@@ -791,6 +792,8 @@ class Soak:
         for lock, path in self.long_locks:  # a failed long-listing's sessions end too
             os.close(lock)
             os.unlink(path)
+        if os.path.exists(CROWD_FILE):
+            os.unlink(CROWD_FILE)
         if self.box is not None:
             self.box.close()
 
