@@ -315,8 +315,10 @@ class Screen:
             "synchronized_output": 2026 in private,
         }
 
-    def view_buffer(self):
-        """The active screen's cells, rows by number (what screen_view paints)."""
+    def view_buffer(self, cols: int = 0, rows: int = 0):
+        """The active screen's cells, rows by number (what screen_view paints); pyte
+        holds them already, so the part a view shows (``cols`` x ``rows``) costs nothing
+        less."""
         return self._grid.buffer
 
     def keyboard_stack(self) -> list:

@@ -359,20 +359,25 @@ class GhosttyScreen:
             for row in cells.rows():
                 yield [ViewCell(c.x, c.text, c.width, view_style(c.attrs)) for c in row]
 
-    def view_buffer(self) -> dict:
+    def view_buffer(self, cols: int = 0, rows: int = 0) -> dict:
         """The active screen's rows as ``screen_render`` paints them: row number to a
-        row of ``Cell`` by column (the right half of a wide character an empty one)."""
+        row of ``Cell`` by column (the right half of a wide character an empty one).
+        ``cols`` x ``rows``: only that top-left part is read (a client's view): the
+        cells are read in Python, ~2 us each, so a 80x24 view of a 500x500 screen read
+        whole took 0.8 s of a pool thread, and of a 200x50 one 23 ms, against ~4 ms."""
         from pyte.screens import StaticDefaultDict
         from .screen_render import BLANK, Cell
+        cols = min(cols or self._cols, self._cols)
+        rows = min(rows or self._rows, self._rows)
         buffer = {}
-        with screen_cells.Cells(self._t, self._cols, self._rows) as cells:
+        with screen_cells.Cells(self._t, cols, rows) as cells:
             for y, row in enumerate(cells.rows()):
                 if not row:
                     continue
                 line = buffer[y] = StaticDefaultDict(BLANK)
                 for c in row:
                     line[c.x] = Cell(c.text, *c.attrs)
-                    if c.width == 2 and c.x + 1 < self._cols:
+                    if c.width == 2 and c.x + 1 < cols:
                         line[c.x + 1] = Cell("", *c.attrs)
         return buffer
 

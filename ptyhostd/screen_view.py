@@ -8,11 +8,11 @@ text).  Such a client is sent frames instead, rendered from the model, as tmux d
 the top-left part of the session that fits its terminal, and past the session's right
 and bottom edges the unused area filled with ``FILL``.
 
-Any engine can be shown so; it provides ``cols``, ``rows``, ``alt``, ``view_buffer()``
-(the active screen's rows of ``screen_render.Cell``, by row number), ``private_modes()``
-(the DEC private modes set), ``keyboard_stack()`` (the shown screen's kitty keyboard
-flags), ``pen()`` (the cursor's attributes) and screen_json's ``read_cursor()`` and
-``read_modes()``.
+Any engine can be shown so; it provides ``cols``, ``rows``, ``alt``,
+``view_buffer(cols, rows)`` (the active screen's rows of ``screen_render.Cell``, by row
+number, at least its top-left ``cols`` x ``rows``), ``private_modes()`` (the DEC private
+modes set), ``keyboard_stack()`` (the shown screen's kitty keyboard flags), ``pen()``
+(the cursor's attributes) and screen_json's ``read_cursor()`` and ``read_modes()``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def view(screen, cols: int, rows: int) -> bytes:
     cursor = screen.read_cursor()
     out = ["\x1b[?2026h\x1b[?25l\x1b[0m\x1b]8;;\x1b\\\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7l",
            "\x1b[?1049h" if screen.alt else "\x1b[?1049l"]
-    paint_rows(out, _Clipped(screen.view_buffer(), seen_cols), seen_cols, seen_rows)
+    paint_rows(out, _Clipped(screen.view_buffer(seen_cols, seen_rows), seen_cols), seen_cols, seen_rows)
     if cols > width:
         fill = FILL * (cols - width)
         for y in range(seen_rows):

@@ -762,6 +762,57 @@ def test_view_for_a_terminal_of_another_size(engine):
 
 
 @ghostty_only
+def test_a_view_reads_only_the_part_it_shows(monkeypatch):
+    """ghostty's view reads the cells of the part a client's terminal shows, not the
+    whole screen (a 80x24 view of a 500x500 screen read whole took 0.8 s of a pool
+    thread); and its frames are the ones a whole read gives, at every size, over wide
+    characters cut by the edge, clusters, links and colour-only cells."""
+    import ptyhostd.screen_cells as C
+    from ptyhostd.screen_view import view
+    rng = random.Random(11)
+    out = []
+    for y in range(1, 31):
+        out.append(b"\x1b[%dH" % y)
+        for _ in range(rng.randint(5, 30)):
+            out.append(b"\x1b[0;%d;38;5;%dm%s" % (
+                rng.choice((1, 3, 4, 7)), rng.randrange(256),
+                rng.choice(["x", "漢", "e\u0301", "\U0001F468\u200d\U0001F469", "ab"]).encode()))
+        if y % 7 == 0:
+            out.append(b"\x1b[44m\x1b[K")
+    out.append(b"\x1b[0m\x1b[3;5H\x1b]8;;https://example.com/v\x1b\\link\x1b]8;;\x1b\\")
+    screen = GhosttyScreen(60, 30)
+    screen.feed(b"".join(out))
+
+    class Whole:
+        """The screen, with its view's cells read whole (as before)."""
+        def __getattr__(self, name):
+            return getattr(screen, name)
+
+        def view_buffer(self, cols=0, rows=0):
+            return screen.view_buffer()
+
+    for cols, rows in [(1, 1), (3, 2), (17, 9), (40, 20), (59, 29), (60, 30), (61, 31),
+                       (80, 24)] + [(rng.randint(1, 70), rng.randint(1, 35))
+                                    for _ in range(20)]:
+        assert view(screen, cols, rows) == view(Whole(), cols, rows), (cols, rows)
+
+    read = []
+    real_row = C.Cells._row
+
+    def counted(self, y):
+        row = real_row(self, y)
+        read.append((y, max((c.x for c in row), default=-1)))
+        return row
+    monkeypatch.setattr(C.Cells, "_row", counted)
+    big = GhosttyScreen(500, 500)
+    big.feed(b"\x1b#8")  # DECALN: every cell an E
+    frame = fed(big.view(80, 24), cols=80, rows=24, engine="ghostty")
+    assert lines(frame) == ["E" * 80] * 24
+    assert len(read) == 24 and max(x for _, x in read) == 79, \
+        f"a 80x24 view of a 500x500 screen read {len(read)} rows"
+
+
+@ghostty_only
 @pytest.mark.parametrize("chunks,shape", [
     ([b"\x1b[4 qx"], 4), ([b"a\x1b[", b"6 qb"], 6), ([b"\x1b[5 q", b"\x1bc"], 0), ([b"x"], 0),
 ])
