@@ -368,7 +368,9 @@ class Connection(asyncio.Protocol):
                                    f"{', '.join(SNAPSHOT_FORMATS)}", "bad-request")
             s = self._session(msg.session)
             try:
-                text, _ = await s.screen_call(functools.partial(_snapshot, format=msg.format))
+                # JSON reads every cell in Python (~2 us each): never on the loop.
+                text, _ = await s.screen_call(functools.partial(_snapshot, format=msg.format),
+                                              inline=msg.format != "json")
                 size = str(len(text))
             except engine.TooLarge as exc:  # given up before it was all made
                 text, size = None, f"at least {exc.at_least}"

@@ -34,6 +34,7 @@ from clowder_common import events
 from . import engine, pty, screenmemory
 from .fd import Fd
 from .keystrokes import KEYSTROKES, TYPING_WAKE_BYTES
+from .loopshare import RENDERS
 from .inputqueue import InputQueue
 from .ring import Ring
 
@@ -130,6 +131,11 @@ INLINE_CELLS = 32 * 1024
 # And each EL to the right costs ghostty's adapter a look at the cursor (~2 us: its
 # wrap, GhosttyScreen._past_wrapped_erases): reads with more go to the pool.
 INLINE_ERASES = 32
+# A snapshot or repaint of a current model of at most this many cells is made on the
+# loop (Session.screen_call's ``inline``, loopshare.py): 80x24, 120x40, 100x50.  The
+# costliest render made there, ghostty's repaint of such a screen of words in random
+# colours on random colours: 0.26 / 0.65 / 0.91 ms here (median of 15, in process).
+INLINE_RENDER_CELLS = 5_000
 
 
 def cheap_output(data: bytes, cols: int) -> bool:
@@ -698,11 +704,14 @@ class Session:
                           extra={"CLOWDER_SESSION": self.id, "CLOWDER_CAUSE": "screen-failed"})
 
     async def screen_call(self, what: Optional[Callable] = None,
-                          limit: int = SCREEN_CATCH_UP):
+                          limit: int = SCREEN_CATCH_UP, inline: bool = False):
         """Feed the model up to ``limit`` more bytes of what the ring holds, then return
         ``what(model)`` and the ring offset the model has seen.  All of it runs in the
         screen pool (see screenwork.py), one call at a time per session, so the model is
-        never touched by two threads at once."""
+        never touched by two threads at once.  ``inline``: ``what`` costs what the
+        screen's size says (a snapshot, a repaint), so a model with every byte already,
+        at most INLINE_RENDER_CELLS, is rendered here on the loop while its share
+        allows (loopshare.py), under the same lock: no hop to the pool."""
         from . import screenwork
         request = what is not None  # a client waits on it: served first (screenpool.py)
         async with self._screen_lock:
@@ -712,6 +721,13 @@ class Session:
                 await self._new_screen(ring.head - SCREEN_CATCH_UP, request)
             screen = self.screen
             plan = self._plan(limit)
+            if inline and not plan and screen.cols * screen.rows <= INLINE_RENDER_CELLS \
+                    and engine.follows_output() and RENDERS.allows():
+                began = time.perf_counter()
+                try:
+                    return what(screen), self.screen_pos
+                finally:
+                    RENDERS.spent(time.perf_counter() - began)
             # One hop to the pool (~0.1-0.3 ms each here): for ``what`` alone when the
             # model is current (an idle session's repaint, snapshot or history), for the
             # feed and ``what`` together when output came since.
@@ -824,7 +840,7 @@ class Session:
         What the model holds back (a half-received sequence) is sent after the repaint,
         so the live bytes that follow complete it.
         """
-        (vt, _, _), pos = await self.screen_call(painted)
+        (vt, _, _), pos = await self.screen_call(painted, inline=True)
         return vt, pos
 
     async def view(self, cols: int, rows: int) -> tuple[bytes, int]:
