@@ -30,7 +30,7 @@ from .ring import Ring
 from .adopt import Adoption
 from .eventbus import EventBus
 from .sessionevents import SessionEvents
-from .session import UNIT_PREFIX, Session, painted
+from .session import UNIT_PREFIX, Session, painted, user_slice
 
 log = logging.getLogger("ptyhostd")
 
@@ -342,7 +342,7 @@ class Host(Adoption):
                 sessionenv.assignments(env, uid, sid,
                                        sessionenv.agent_of(name) if by_control else None),
                 user, _printable(f"clowder session {name}: {' '.join(argv)}")[:200],
-                search_path=sessionenv.search_path(argv[0], env))
+                search_path=sessionenv.search_path(argv[0], env), slice_=user_slice(uid))
             state = await self.manager.unit_state(s.unit)
         except Exception as exc:  # whatever failed, the session must not stay starting
             await self._discard(s, f"start failed: {exc}")

@@ -377,11 +377,12 @@ class Manager:
 
     async def start_session(self, unit: str, argv: list[str], tty: str, cwd: str | None,
                             env: list[str], user: str | None, description: str,
-                            search_path: list[str] = ()) -> str:
+                            search_path: list[str] = (), slice_: str | None = None) -> str:
         """Start ``argv`` as transient service ``unit`` on terminal ``tty``; the job result.
 
         ``search_path``: where a bare ``argv[0]`` is looked for (ExecSearchPath=), else
-        systemd's own fixed path.
+        systemd's own fixed path.  ``slice_``: the unit's slice (Slice=), else the
+        manager's default.
 
         ``RemainAfterExit`` keeps the unit, and so its exit status, until we stop it:
         that is how an exit is still known after the host was down when it happened.
@@ -411,6 +412,8 @@ class Manager:
             props.append(("ExecSearchPath", ("as", list(search_path))))
         if user is not None:
             props.append(("User", ("s", user)))
+        if slice_ is not None:
+            props.append(("Slice", ("s", slice_)))
         for _attempt in range(3):
             try:
                 (job,), link = await self._call_on(

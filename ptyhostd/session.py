@@ -177,6 +177,16 @@ def unit_name(sid: str) -> str:
     return f"{UNIT_PREFIX}{sid}.service"
 
 
+def user_slice(uid: int) -> str:
+    """The slice the host runs ``uid``'s sessions in: ``clowder-uidUID.slice``, under
+    ``clowder.slice`` (a dash is a level), made by systemd on first use.  So each user's
+    sessions are accounted, limited (``systemctl set-property clowder-uid1000.slice
+    MemoryMax=8G``) and, where the cpu controller is on, weighed as one against each other
+    user's, and all of them against the host (docs/design.md "A slice for each user").
+    A user manager's host uses the same name in its manager (one user's, then)."""
+    return f"clowder-uid{uid}.slice"
+
+
 class Attachment:
     """One client streaming a session; ``pos`` is the ring offset it has been sent up to."""
 

@@ -46,6 +46,35 @@ def test_session_runs_as_its_client(system_host):
     assert props["User"] == "2001"
 
 
+def test_each_users_sessions_run_in_a_slice_of_their_own(system_host):
+    """System units: a session runs in clowder-uidUID.slice under clowder.slice, not
+    beside the host in system.slice, so systemd accounts and limits each user's sessions
+    together, apart from other users' and from the host (docs/design.md "A slice for
+    each user")."""
+    h = system_host
+    spawned = [(h.spawn("sleep", "100000", user="alice", cwd="/home/alice"), "alice", 2001),
+               (h.spawn("sleep", "100000", user="alice", cwd="/home/alice"), "alice", 2001),
+               (h.spawn("sleep", "100000", user="bob", cwd="/home/bob"), "bob", 2002),
+               (h.spawn("sleep", "100000"), None, 0)]
+    for sid, user, uid in spawned:
+        info = h.ps(user=user)[sid]
+        props = h.show(info["unit"], "Slice", "ControlGroup")
+        cgroup = f"/clowder.slice/clowder-uid{uid}.slice/{info['unit']}"
+        assert props == {"Slice": f"clowder-uid{uid}.slice", "ControlGroup": cgroup}, props
+        with open(f"/proc/{info['pid']}/cgroup") as f:
+            assert f.read().strip().endswith(f"::{cgroup}"), f"{sid}'s program ran elsewhere"
+    host_cgroup = h.show("clowder-ptyhost.service", "ControlGroup")["ControlGroup"]
+    assert host_cgroup == "/system.slice/clowder-ptyhost.service", host_cgroup
+    # A user's slice is one handle on all their sessions: stopping it ends alice's two
+    # (as an admin may), and nobody else's.
+    h.systemctl("stop", "clowder-uid2001.slice")
+    wait_for(lambda: all(h.ps(user="alice")[sid]["state"] != "running"
+                         for sid, user, _ in spawned if user == "alice"), 15,
+             "alice's sessions to end with her slice")
+    assert h.ps(user="bob")[spawned[2][0]]["state"] == "running"
+    assert h.ps()[spawned[3][0]]["state"] == "running"
+
+
 def test_other_user_cannot_touch_it(system_host):
     h = system_host
     sid = h.spawn("sleep", "100000", user="alice", cwd="/home/alice", name="secret")

@@ -108,6 +108,21 @@ def test_no_gap_no_duplicate_across_20_restarts(host):
     assert host.ps()[sid]["signal"] == 9 and host.ps()[sid]["pid"] in (0, pid)
 
 
+def test_a_session_runs_in_its_users_slice(host):
+    """Each scope: the session's unit in clowder-uidUID.slice under clowder.slice, its
+    program in that cgroup, the host not (docs/design.md "A slice for each user")."""
+    sid = host.spawn("sleep", "100000")
+    info = host.ps()[sid]
+    slice_ = f"clowder-uid{info['uid']}.slice"
+    props = host.show(info["unit"], "Slice", "ControlGroup")
+    assert props["Slice"] == slice_, props
+    assert props["ControlGroup"].endswith(f"/clowder.slice/{slice_}/{info['unit']}"), props
+    with open(f"/proc/{info['pid']}/cgroup") as f:
+        assert f.read().strip().endswith(props["ControlGroup"])
+    assert "clowder.slice" not in host.show("clowder-ptyhost.service",
+                                            "ControlGroup")["ControlGroup"]
+
+
 @pytest.mark.parametrize("how", ["exit 7", "signal"])
 def test_exit_while_host_is_down(host, how):
     host.drop_in("[Service]\nRestartSec=3\n")
