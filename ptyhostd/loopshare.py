@@ -1,7 +1,7 @@
 """The loop's share of time for renders made in place, without a hop to the screen pool.
 
-A snapshot or repaint of a model that has every byte already is a read of it: for a
-small screen, tens to hundreds of microseconds of ghostty's C (screenwork.py's render).
+A snapshot of a model that has every byte already is a read of it: for a small screen,
+tens to hundreds of microseconds of ghostty's C (session.py, INLINE_RENDER_CELLS).
 Made in the screen pool it costs two thread hand-offs more, and after a pause those
 are the most of it: a text snapshot of a quiet 80x24 session 0.74-0.85 ms after 20-200
 ms of quiet against 0.21 ms back to back, where a request that never leaves the loop
@@ -45,6 +45,6 @@ class LoopShare:
         self._left -= seconds
 
 
-# Renders on the loop: at most 5 % of its time, 2 ms at once (the costliest one made
-# there, a repaint of 5,000 cells of coloured words, is ~0.9 ms: session.py).
+# Renders on the loop: at most 5 % of its time, 2 ms at once (one made there costs
+# less than 0.5 ms, or a few ms once when its screen turned costly: session.py).
 RENDERS = LoopShare(share=0.05, burst=0.002)

@@ -131,11 +131,16 @@ INLINE_CELLS = 32 * 1024
 # And each EL to the right costs ghostty's adapter a look at the cursor (~2 us: its
 # wrap, GhosttyScreen._past_wrapped_erases): reads with more go to the pool.
 INLINE_ERASES = 32
-# A snapshot or repaint of a current model of at most this many cells is made on the
-# loop (Session.screen_call's ``inline``, loopshare.py): 80x24, 120x40, 100x50.  The
-# costliest render made there, ghostty's repaint of such a screen of words in random
-# colours on random colours: 0.26 / 0.65 / 0.91 ms here (median of 15, in process).
+# A text, ANSI or HTML snapshot of a current model of at most this many cells (80x24,
+# 120x40, 100x50) is made on the loop (Session.screen_call's ``inline``, loopshare.py)
+# when the session's last one took less than INLINE_RENDER_SECONDS.  Their cost is
+# ghostty's C, at most ~1 us a cell here (a combining mark bomb in every cell: 1.9 ms at
+# 80x24; a hyperlink in every cell: HTML 1.2 ms), so a screen that turned costly since
+# its last snapshot stalls the loop once, a few ms at most, and then its snapshots go to
+# the pool.  Not a repaint: its hyperlinks and coloured blanks are made in Python, one
+# formatter a link (a hyperlink in every cell of 80x24: 30-47 ms).
 INLINE_RENDER_CELLS = 5_000
+INLINE_RENDER_SECONDS = 0.0005
 
 
 def cheap_output(data: bytes, cols: int) -> bool:
@@ -362,6 +367,9 @@ class Session:
         self._ground = False  # the model's parser is known to be in its ground state
         self._model_paused = False  # the pty is not read until the model catches up
         self._model_lag = MODEL_LAG_MIN  # bytes: MODEL_LAG_SECONDS of the model's rate
+        # Seconds the last snapshot that could be made on the loop took (screen_call's
+        # ``inline``); none yet: the first is made in the pool.
+        self._render_seconds = math.inf
         self.last_output = 0.0
         self._read_failures = 0  # reads failed in a row, not for the pty's end (READ_RETRY)
         self.size_owner: Optional[Attachment] = None  # the client that typed last
@@ -718,10 +726,10 @@ class Session:
         """Feed the model up to ``limit`` more bytes of what the ring holds, then return
         ``what(model)`` and the ring offset the model has seen.  All of it runs in the
         screen pool (see screenwork.py), one call at a time per session, so the model is
-        never touched by two threads at once.  ``inline``: ``what`` costs what the
-        screen's size says (a snapshot, a repaint), so a model with every byte already,
-        at most INLINE_RENDER_CELLS, is rendered here on the loop while its share
-        allows (loopshare.py), under the same lock: no hop to the pool."""
+        never touched by two threads at once.  ``inline``: ``what`` is a snapshot whose
+        cost is ghostty's C, so a model with every byte already, at most
+        INLINE_RENDER_CELLS, whose last such render was cheap, is rendered here on the
+        loop while its share allows (loopshare.py), under the same lock: no hop."""
         from . import screenwork
         request = what is not None  # a client waits on it: served first (screenpool.py)
         async with self._screen_lock:
@@ -731,13 +739,15 @@ class Session:
                 await self._new_screen(ring.head - SCREEN_CATCH_UP, request)
             screen = self.screen
             plan = self._plan(limit)
-            if inline and not plan and screen.cols * screen.rows <= INLINE_RENDER_CELLS \
-                    and engine.follows_output() and RENDERS.allows():
-                began = time.perf_counter()
-                try:
-                    return what(screen), self.screen_pos
-                finally:
-                    RENDERS.spent(time.perf_counter() - began)
+            if inline:
+                what = functools.partial(self._timed, what)
+                if not plan and screen.cols * screen.rows <= INLINE_RENDER_CELLS \
+                        and self._render_seconds < INLINE_RENDER_SECONDS \
+                        and engine.follows_output() and RENDERS.allows():
+                    try:
+                        return what(screen), self.screen_pos
+                    finally:
+                        RENDERS.spent(self._render_seconds)
             # One hop to the pool (~0.1-0.3 ms each here): for ``what`` alone when the
             # model is current (an idle session's repaint, snapshot or history), for the
             # feed and ``what`` together when output came since.
@@ -777,6 +787,15 @@ class Session:
             if result is _UNRENDERED:
                 result = await self._pool(screenwork.render, screen, what, request=True)
             return result, self.screen_pos
+
+    def _timed(self, what: Callable, screen):
+        """``what(screen)``, its time noted (on the loop or in a pool thread: one float
+        written, under the model's lock)."""
+        began = time.perf_counter()
+        try:
+            return what(screen)
+        finally:
+            self._render_seconds = time.perf_counter() - began
 
     async def history(self, count: int, budget: int, ansi: bool = False) -> list[str]:
         """The last ``count`` lines of output as scrollback has them, within ``budget``
@@ -850,7 +869,7 @@ class Session:
         What the model holds back (a half-received sequence) is sent after the repaint,
         so the live bytes that follow complete it.
         """
-        (vt, _, _), pos = await self.screen_call(painted, inline=True)
+        (vt, _, _), pos = await self.screen_call(painted)
         return vt, pos
 
     async def view(self, cols: int, rows: int) -> tuple[bytes, int]:
