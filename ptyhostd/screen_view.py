@@ -39,7 +39,8 @@ def view(screen, cols: int, rows: int) -> bytes:
     cursor = screen.read_cursor()
     out = ["\x1b[?2026h\x1b[?25l\x1b[0m\x1b]8;;\x1b\\\x1b(B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7l",
            "\x1b[?1049h" if screen.alt else "\x1b[?1049l"]
-    paint_rows(out, _Clipped(screen.view_buffer(seen_cols, seen_rows), seen_cols), seen_cols, seen_rows)
+    seen = _Clipped(screen.view_buffer(seen_cols, seen_rows), seen_cols)
+    paint_rows(out, seen, seen_cols, seen_rows)
     if cols > width:
         fill = FILL * (cols - width)
         for y in range(seen_rows):
