@@ -351,9 +351,10 @@ def test_watch_coalesces_many_writes_into_one_batch(tree):
             with open(os.path.join(root, "hello.txt"), "ab") as f:
                 f.write(b"more\n")
         await stream.wait_for(lambda m: isinstance(m, P.FileEvents), "a batch of events")
-        await asyncio.sleep(watch.BATCH_DELAY * 3)  # let a stray second batch show itself
+        await batches_passed(root, 2)  # a stray second batch would have come by then
         await svc.close()
-        return events_of(stream)
+        return [b for b in events_of(stream)  # the witness's own files left out
+                if not all(e["path"].startswith("witness-") for e in b.events)]
     batches = run(main())
     assert len(batches) == 1, batches
     assert sorted(batches[0].events, key=lambda e: e["path"]) == [
@@ -391,6 +392,23 @@ def test_watch_reports_deletes_new_directories_and_skips_git(tree):
     assert not any(e["path"].startswith(".git") or e["path"] == "blink" for e in events)
 
 
+async def batches_passed(root: str, n: int) -> None:
+    """Return once a second watch of ``root`` (a witness) has reported ``n`` files made
+    one after another, each in its own batch: any event another watch of the same tree
+    would send for what was done before this call has been sent by then (events come in
+    order, and each batch waits BATCH_DELAY at most)."""
+    witness, seen = service(root)
+    await ask(witness, seen, P.FileWatch(agent="api"))
+    try:
+        for i in range(n):
+            name = f"witness-{i}-{time.monotonic_ns()}"
+            open(os.path.join(root, name), "w").close()
+            await seen.wait_for(lambda m: isinstance(m, P.FileEvents) and any(
+                e["path"] == name for e in m.events), f"the witness's {name}")
+    finally:
+        await witness.close()
+
+
 def test_watch_replaced_unwatched_and_closed_leaves_no_fd(tree):
     root, _ = tree
     fds = len(os.listdir("/proc/self/fd"))
@@ -405,13 +423,13 @@ def test_watch_replaced_unwatched_and_closed_leaves_no_fd(tree):
         assert got.events == [{"path": "sub/deep/inner.txt", "kind": "created"}]
         assert isinstance(await ask(svc, stream, P.FileUnwatch()), P.Ok)
         open(os.path.join(root, "sub", "deep", "after.txt"), "w").close()
-        await asyncio.sleep(watch.BATCH_DELAY * 3)
+        await batches_passed(root, 2)
         assert len(events_of(stream)) == 1
         await ask(svc, stream, P.FileWatch(agent="api"))
         await svc.close()
         await svc.close()  # idempotent
         open(os.path.join(root, "closed.txt"), "w").close()
-        await asyncio.sleep(watch.BATCH_DELAY * 3)
+        await batches_passed(root, 2)
         assert len(events_of(stream)) == 1
     run(main())
     assert len(os.listdir("/proc/self/fd")) == fds
