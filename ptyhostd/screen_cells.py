@@ -206,6 +206,41 @@ class Cells:
             yield []
             y += 1
 
+    def link_runs(self, rows) -> list:
+        """(row, first column, last column, URI) of each run of cells in one OSC 8
+        hyperlink (the URI without controls) in ``rows`` (those ghostty flags as holding
+        one), instead of ``rows()``: in them only the cells whose packed value has the
+        link bit are asked their URI (asking each cell, ~5 us, was a third of the
+        repaint of a screen of links: docs/design.md "A repaint of links")."""
+        runs: list = []
+        wanted = set(rows)
+        for y in range(self._rows):
+            if not wanted or not lib.ghostty_render_state_row_iterator_next(self._iter[0]):
+                break
+            if y not in wanted:
+                continue
+            wanted.discard(y)
+            if lib.ghostty_render_state_row_get(
+                    self._iter[0], lib.GHOSTTY_RENDER_STATE_ROW_DATA_CELLS_RAW, self._view):
+                continue
+            raw = ffi.unpack(self._view.ptr, min(self._view.len, self._cols))
+            end = -1  # the column after the last run's last cell
+            for x, value in enumerate(raw):
+                info = self._decoded.get(value)
+                if info is None:
+                    info = self._decoded[value] = self._decode(value)
+                if not info[4]:
+                    continue
+                uri = link_uri(self._t, x, y, self._pt, self._ref)
+                if not uri:
+                    continue
+                if end == x and runs[-1][3] == uri:
+                    runs[-1] = (y, runs[-1][1], x, uri)
+                else:
+                    runs.append((y, x, x, uri))
+                end = x + 1
+        return runs
+
     def _row(self, y: int) -> list:
         if lib.ghostty_render_state_row_get(
                 self._iter[0], lib.GHOSTTY_RENDER_STATE_ROW_DATA_CELLS_RAW, self._view):

@@ -608,26 +608,26 @@ class GhosttyScreen:
 
     def links(self) -> list:
         """(row, first column, last column, URI) of each run of cells in one OSC 8
-        hyperlink; only the rows ghostty marks as holding one are read."""
-        cells = _Cells(self)
-        runs = []
-        for y in range(self._rows):
-            if not cells.has_link(y):
-                continue
-            runs += [(y, x, end - 1, uri)
-                     for x, end, uri in screen_cells.runs(self._cols, lambda x: cells.uri(x, y))
-                     if uri]
-        return runs
+        hyperlink; only the rows ghostty marks as holding one are read.  Their cells
+        are read through a render state, which copies the whole screen (~45 ns a cell:
+        11 ms at 500x500), so only once a row is seen to have a link."""
+        flags = _Cells(self)
+        rows = [y for y in range(self._rows) if flags.has_link(y)]
+        if not rows:
+            return []
+        with screen_cells.Cells(self._t, self._cols, self._rows) as cells:
+            return cells.link_runs(rows)
 
     def hyperlinks(self) -> bytes:
         """VT bytes that write the hyperlinked cells again inside their OSC 8 (ghostty's
         formatter writes their text without it)."""
-        out = []
-        for y, x0, x1, uri in self.links():
-            cells = self.format(lib.GHOSTTY_FORMATTER_FORMAT_VT, box=(x0, y, x1, y))
-            out.append(b"\x1b[%d;%dH\x1b]8;;%s\x1b\\%s\x1b]8;;\x1b\\"
-                       % (y + 1, x0 + 1, uri, cells))
-        return b"".join(out) + (b"\x1b[0m" if out else b"")
+        runs = self.links()
+        if not runs:
+            return b""
+        boxes = _Boxes(self)
+        return b"".join(b"\x1b[%d;%dH\x1b]8;;%s\x1b\\%s\x1b]8;;\x1b\\"
+                        % (y + 1, x0 + 1, uri, boxes.vt(y, x0, x1))
+                        for y, x0, x1, uri in runs) + b"\x1b[0m"
 
     def encode(self) -> bytes:
         """ghostty's binary snapshot of the whole terminal (both screens, scrollback)."""
@@ -694,7 +694,8 @@ _MODES = (1, 5, 6, 7, 12, 25, 45, 47, 66, 1000, 1002, 1003, 1004, 1005, 1006, 10
 
 
 class _Cells:
-    """Reads the colour of colour-only cells of the active area."""
+    """Reads the colour of colour-only cells of the active area, and which rows hold a
+    hyperlink."""
 
     _grid_ref = None
 
@@ -726,10 +727,6 @@ class _Cells:
         lib.ghostty_row_get(self._row[0], lib.GHOSTTY_ROW_DATA_HYPERLINK, self._flag)
         return bool(self._flag[0])
 
-    def uri(self, x: int, y: int) -> bytes:
-        """The OSC 8 URI of a cell, without controls; b"" if it has none."""
-        return screen_cells.link_uri(self._t, x, y, self._pt, self._ref)
-
     def colour(self, x: int, y: int) -> Optional[bytes]:
         """The SGR background of a colour-only cell (``4N``/``10N`` for the 16 basic
         colours, ``48;5;N``, ``48;2;R;G;B``), else None."""
@@ -745,6 +742,44 @@ class _Cells:
             lib.ghostty_cell_get(cell, lib.GHOSTTY_CELL_DATA_COLOR_RGB, self._rgb)
             return b"48;2;%d;%d;%d" % (self._rgb.r, self._rgb.g, self._rgb.b)
         return None
+
+
+class _Boxes:
+    """The VT of one row's cells from column x0 to x1 of the active area, for each run
+    of a repaint's hyperlinks: the formatter's options, selection and points made once,
+    not at every run as ``GhosttyScreen.format`` would (a screen can hold a link in
+    every cell; 26 -> 8 us a run, of which ghostty's own ~3: docs/design.md "A repaint
+    of links")."""
+
+    def __init__(self, screen: GhosttyScreen):
+        self._t = screen._t
+        self._opts = _sized("GhosttyFormatterTerminalOptions")
+        self._opts.emit = lib.GHOSTTY_FORMATTER_FORMAT_VT
+        self._opts.unwrap = self._opts.trim = False  # and no extras: the cells alone
+        self._sel = _sized("GhosttySelection")
+        self._pt = ffi.new("GhosttyPointS*")
+        self._pt.tag = lib.GHOSTTY_POINT_TAG_ACTIVE
+        self._ref = _sized("GhosttyGridRef")
+        self._fmt = ffi.new("GhosttyFormatter*")
+        self._grid_ref = union_fn(
+            "ghostty_terminal_grid_ref",
+            "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
+
+    def _at(self, x: int, y: int):
+        self._pt.value.x, self._pt.value.y = x, y
+        _check(self._grid_ref(self._t, self._pt[0], self._ref), f"a grid ref of {x},{y}")
+        return self._ref[0]
+
+    def vt(self, y: int, x0: int, x1: int) -> bytes:
+        self._sel.start = self._at(x0, y)
+        self._sel.end = self._at(x1, y)
+        self._opts.selection = self._sel
+        _check(lib.ghostty_formatter_terminal_new(ffi.NULL, self._fmt, self._t, self._opts[0]),
+               "making a formatter")
+        try:
+            return _basic_colours(_formatted(self._fmt[0]))
+        finally:
+            lib.ghostty_formatter_free(self._fmt[0])
 
 
 class _Copy:

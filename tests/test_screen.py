@@ -813,6 +813,59 @@ def test_a_view_reads_only_the_part_it_shows(monkeypatch):
 
 
 @ghostty_only
+def test_a_repaint_asks_only_linked_cells_their_link(monkeypatch):
+    """A repaint finds the hyperlinks by asking only the cells that have one their URI
+    (every cell of a linked row was asked: ~5 us each), and formats each run of linked
+    cells without making the formatter's options anew; the runs are those a read of
+    every cell gives, over wide characters, clusters, controls in a URI and a scroll."""
+    import ptyhostd.screen_cells as C
+    rng = random.Random(7)
+    pieces = ["a", "bc", "中", "e\u0301", "\U0001F468\u200d\U0001F469", "\U0001F1EB\U0001F1F7",
+              "\x1b[1;31mx", "\x1b[0m", " ", "\r\n", "\x1b[2K", "\x1b[5C", "\x1b[44m  \x1b[0m"]
+    for _ in range(60):
+        cols, rows = rng.choice([(7, 3), (10, 4), (20, 6), (80, 24)])
+        out = []
+        for _ in range(rng.randrange(5, 200)):
+            r = rng.random()
+            if r < 0.2:
+                out.append("\x1b]8;;http://h/%d\x1b\\" % rng.randrange(4))
+            elif r < 0.3:
+                out.append("\x1b]8;;\x1b\\")
+            elif r < 0.33:
+                out.append("\x1b]8;;http://\x01c/%d\x1b\\" % rng.randrange(2))
+            elif r < 0.36:
+                out.append("\x1b[%d;%dH" % (rng.randrange(1, rows + 1), rng.randrange(1, cols + 1)))
+            else:
+                out.append(rng.choice(pieces))
+        screen = GhosttyScreen(cols, rows)
+        screen.feed("".join(out).encode())
+        every = []  # the runs of equal URI, each cell asked
+        for y in range(rows):
+            uris = [C.link_uri(screen._t, x, y) for x in range(cols)]
+            every += [(y, x, end - 1, uri) for x, end, uri in C.runs(cols, uris.__getitem__)
+                      if uri]
+        assert screen.links() == every, "".join(out)
+
+    # Links in every 8th cell of every row: 240 URIs asked, not 1,920.
+    screen = GhosttyScreen(80, 24)
+    screen.feed(b"".join(b"\x1b[%dH" % (y + 1) + b"".join(
+        b"\x1b]8;;http://e/%d\x1b\\L\x1b]8;;\x1b\\" % (y * 80 + x) if x % 8 == 0 else b"y"
+        for x in range(80)) for y in range(24)))
+    asked, formats = [], []
+    real_uri, real_format = C.link_uri, GhosttyScreen.format
+    monkeypatch.setattr(C, "link_uri", lambda *a: asked.append(a[1:3]) or real_uri(*a))
+    monkeypatch.setattr(GhosttyScreen, "format",
+                        lambda self, *a, **k: formats.append(a) or real_format(self, *a, **k))
+    repaint = screen.repaint()
+    assert len(asked) == 240, f"{len(asked)} cells asked their link"
+    assert len(formats) < 10, f"the formatter's options made {len(formats)} times"
+    again = fed(repaint, cols=80, rows=24, engine="ghostty")
+    monkeypatch.setattr(C, "link_uri", real_uri)
+    assert again.links() == screen.links() and len(again.links()) == 240
+    assert again.snapshot("ansi") == screen.snapshot("ansi")
+
+
+@ghostty_only
 @pytest.mark.parametrize("chunks,shape", [
     ([b"\x1b[4 qx"], 4), ([b"a\x1b[", b"6 qb"], 6), ([b"\x1b[5 q", b"\x1bc"], 0), ([b"x"], 0),
 ])
