@@ -53,6 +53,11 @@ BOMBS = {
     # with the wrap pending, which the adapter leaves out.
     "erase-right": b"x\x1b[K",
     "erase-at-margin": b"\x1b[500Gx\x1b[0K",
+    # A hyperlink of its own for every cell (two URIs taking turns: no two neighbours
+    # share a run), as many as the model keeps: a repaint writes each run again inside
+    # its OSC 8 (screen_ghostty.hyperlinks; ghostty keeps ~1,660 a page of its memory).
+    "hyperlinks": b"\x1b]8;;https://a.example/" + b"a" * 40 + b"\x1b\\X"
+                  b"\x1b]8;id=2;https://b.example/\x1b\\Y",
 }
 # Bombs that are one long piece rather than a repeated unit: (head, byte, count, tail).
 LONG = {
