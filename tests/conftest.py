@@ -299,13 +299,18 @@ def host(request, systemd_required):
     env.install()
     env.start()
     yield env
+    # The instance's journal is not split per user: a user unit's lines are matched.
+    field = "_SYSTEMD_USER_UNIT" if env.scope == "user" else "_SYSTEMD_UNIT"
     if failed(request):
-        # The instance's journal is not split per user: a user unit's lines are matched.
-        field = "_SYSTEMD_USER_UNIT" if env.scope == "user" else "_SYSTEMD_UNIT"
         print_journal([f"{field}=clowder-ptyhost.service"], f"the {env.scope} host's journal")
     env.stop_all()
     env.remove_drop_ins()
     left = env.session_units()
+    if left:  # what the host said as it stopped tells why (once seen in CI, ci74)
+        print_journal([f"{field}=clowder-ptyhost.service"],
+                      f"the {env.scope} host's journal, units left: {left}")
+        for unit in left:
+            print(env.systemctl("status", "--no-pager", unit, check=False).stdout.decode())
     assert not left, f"session units left behind after stop: {left}"
 
 
