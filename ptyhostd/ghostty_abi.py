@@ -198,6 +198,13 @@ def union_fn(name: str, signature: str):
     return _union_fns[name]
 
 
+def grid_ref_fn():
+    """``ghostty_terminal_grid_ref``, whose point is a union passed by value: every read
+    of one cell, row or link through a grid reference goes through it."""
+    return union_fn("ghostty_terminal_grid_ref",
+                    "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
+
+
 class Terminal:
     """One ghostty terminal: the handle, freed once, and the reads the host makes."""
 
@@ -242,8 +249,7 @@ class Terminal:
 
     def ref(self, x: int, y: int, tag: str = "active"):
         """A grid ref of (x, y) in ``tag``'s coordinates, valid until the next change."""
-        fn = union_fn("ghostty_terminal_grid_ref",
-                      "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
+        fn = grid_ref_fn()
         pt = ffi.new("GhosttyPointS*")
         pt.tag = getattr(lib, f"GHOSTTY_POINT_TAG_{tag.upper()}")
         pt.value.x, pt.value.y = x, y

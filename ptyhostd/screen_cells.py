@@ -23,7 +23,7 @@ from typing import Iterator, NamedTuple, Optional
 from . import ghostty_abi
 
 ghostty_abi.load()  # before the names below are bound: one cffi instance for all
-from .ghostty_abi import GhosttyError, ffi, init_sized, lib, union_fn
+from .ghostty_abi import GhosttyError, ffi, grid_ref_fn, init_sized, lib
 
 from .screen_render import ATTRS_DEFAULT, NAMES, Cell
 
@@ -137,9 +137,7 @@ class Cells:
 
     def __init__(self, terminal, cols: int, rows: int):
         if Cells._grid_ref is None:  # a point is a union passed by value: see ghostty_abi
-            Cells._grid_ref = union_fn(
-                "ghostty_terminal_grid_ref",
-                "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
+            Cells._grid_ref = grid_ref_fn()
         self._t, self._cols, self._rows = terminal, cols, rows
         self._state = ffi.new("GhosttyRenderState*")
         self._iter = ffi.new("GhosttyRenderStateRowIterator*")
@@ -353,9 +351,7 @@ class Cells:
 def link_uri(terminal, x: int, y: int, point=None, ref=None) -> bytes:
     """The OSC 8 URI of active cell (x, y), without controls; b"" if it has none."""
     if Cells._grid_ref is None:
-        Cells._grid_ref = union_fn(
-            "ghostty_terminal_grid_ref",
-            "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
+        Cells._grid_ref = grid_ref_fn()
     if point is None:
         point = ffi.new("GhosttyPointS*")
         point.tag = lib.GHOSTTY_POINT_TAG_ACTIVE

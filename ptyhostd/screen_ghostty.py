@@ -36,7 +36,7 @@ from typing import Optional
 from . import ghostty_abi
 
 ghostty_abi.load()  # before the names below are bound: one cffi instance for all
-from .ghostty_abi import GhosttyError, Terminal, ffi, init_sized, lib, union_fn
+from .ghostty_abi import GhosttyError, Terminal, ffi, grid_ref_fn, init_sized, lib
 
 from . import screen_cells
 
@@ -701,9 +701,7 @@ class _Cells:
 
     def __init__(self, screen: GhosttyScreen):
         if _Cells._grid_ref is None:  # a point is a union passed by value: see ghostty_abi
-            _Cells._grid_ref = union_fn(
-                "ghostty_terminal_grid_ref",
-                "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
+            _Cells._grid_ref = grid_ref_fn()
         self._t = screen._t
         self._pt = ffi.new("GhosttyPointS*")
         self._pt.tag = lib.GHOSTTY_POINT_TAG_ACTIVE
@@ -761,9 +759,7 @@ class _Boxes:
         self._pt.tag = lib.GHOSTTY_POINT_TAG_ACTIVE
         self._ref = _sized("GhosttyGridRef")
         self._fmt = ffi.new("GhosttyFormatter*")
-        self._grid_ref = union_fn(
-            "ghostty_terminal_grid_ref",
-            "GhosttyResult(*)(GhosttyTerminal, GhosttyPointS, GhosttyGridRef*)")
+        self._grid_ref = grid_ref_fn()
 
     def _at(self, x: int, y: int):
         self._pt.value.x, self._pt.value.y = x, y
