@@ -37,12 +37,27 @@ class Table:
             real(records, left)
         self.m.write_sessions = held
         self.writer = ManifestWriter(self.m, lambda: list(self.records))
+        self.changes = 0  # changed() calls the writer has seen
+        real_changed = self.writer.changed
+
+        def counted() -> None:
+            real_changed()
+            self.changes += 1
+        self.writer.changed = counted
 
     def names(self) -> list[str]:
         """The names in the newest copy, as a next start would read them."""
         got, content = Manifest.adopt({slot: os.dup(self.m.fds[slot].fd) for slot in SLOTS})
         got.close()
         return [r["name"] for r in content["sessions"]]
+
+    async def taken(self, changes: int) -> None:
+        """Return once the writer has seen ``changes`` changes in all (a waiter's
+        ``written()`` runs on the loop's next turn after it is made a task)."""
+        async def seen():
+            while self.changes < changes:
+                await asyncio.sleep(0)
+        await asyncio.wait_for(seen(), DEADLINE)
 
     async def began(self) -> None:
         ok = await asyncio.to_thread(self.started.acquire, timeout=DEADLINE)
@@ -66,7 +81,7 @@ def test_changes_during_a_write_are_written_once_by_the_next():
         for i in range(100):  # the loop turns while it is held, and each change is taken
             t.records = [b'{"id":"a1","name":"n%d"}' % i]
             waits.append(asyncio.ensure_future(t.writer.written()))
-            await asyncio.sleep(0)
+            await t.taken(i + 2)  # the first write's change, and this one's
         assert not first.done() and not any(w.done() for w in waits)
         t.go.release()
         await first
@@ -105,7 +120,7 @@ def test_write_now_waits_for_the_write_in_flight_and_does_the_waiting_ones():
         await t.began()
         t.records = [b'{"id":"a1","name":"second"}']
         second = asyncio.ensure_future(t.writer.written())
-        await asyncio.sleep(0)
+        await t.taken(2)
         t.go.release()  # the held write may finish; write_now waits for it, then writes
         t.go.release()  # write_now's own (through the same held method)
         t.writer.write_now(left="restart")
