@@ -70,7 +70,7 @@ __all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX
            "MAX_CWD_BYTES", "argv_bytes", "MAX_COLS", "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output",
            "session_list_frame", "next_page", "Spawn", "ListSessions",
            "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
-           "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory",
+           "TerminalReady", "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory",
            "GetExport", "Ok",
            "SessionInfo", "SessionList", "Output", "Exited", "Attached", "CheckReport",
            "SnapshotData", "InputAck", "ExportHead", "EVENT_KINDS", "WatchEvents", "Event"]
@@ -181,6 +181,12 @@ class Attach(Message):
     token: str | None = None
     history: int = 0
     history_format: str = "ansi"
+    # The client's own terminal, for the host to write the output to itself (ptyhostd/
+    # terminal.py): {"path": "/dev/pts/N", "dev": st_dev, "ino": st_ino} of its stdout.
+    # Taken only if the host can check it is the client's (Attached.terminal); then
+    # nothing is written to it before TerminalReady, and Output frames still may come
+    # (the hand-off's bridge sends them).  An older host ignores it.
+    terminal: dict | None = None
 
 
 @register
@@ -203,9 +209,20 @@ class Resize(Message):
 
 @register
 class Detach(Message):
-    """Attached client -> host: stop streaming. -> Ok, then the host closes."""
+    """Attached client -> host: stop streaming. -> Ok, then the host closes.  The host
+    writes nothing more to the client's terminal once the Ok is sent."""
 
     KIND = 209
+
+
+@register
+class TerminalReady(Message):
+    """Attached client -> host, after an Attached with ``terminal``: the client has drawn
+    what goes before the screen (its history, its terminal's modes): the host may
+    write the repaint and what follows to the terminal.  No answer.  Sent only to a
+    host that took the terminal (an older one closes on the unknown kind)."""
+
+    KIND = 218
 
 
 @register
@@ -360,6 +377,8 @@ class Attached(Message):
     # With a token: how much of its input stream the host wrote to the pty (resend what
     # follows); -1: the host has no record of that token (a new client, or lost).
     input_seq: int | None = None
+    # The host writes the output to the client's terminal itself (Attach.terminal).
+    terminal: bool = False
 
 
 @register

@@ -34,7 +34,7 @@ import sys
 import clowder_wire as P
 
 from . import deadline
-from .outer import OuterTerminal, write_all
+from .outer import OuterTerminal, described, write_all
 from .paths import after_socket, default_socket
 from .quickask import ask_sessions, hello
 
@@ -67,6 +67,7 @@ class Opened:
         self.outer: OuterTerminal | None = None  # in raw mode once drawn
         self.ending: int | None = None  # an ending signal that came meanwhile
         self.taken = False
+        self.written = False  # the host writes the terminal (Attached.terminal)
 
 
 _opened: Opened | None = None
@@ -148,8 +149,9 @@ def attempt(argv: list[str]) -> None:
         else:
             first = hello()
         sock.sendall(first + P.encode(P.Attach(session=opened.session, cols=cols, rows=rows,
-                                               token=opened.token, history=history)))
-        if not _read_until_repaint(opened):
+                                               token=opened.token, history=history,
+                                               terminal=described(1))))
+        if not _read_until_repaint(opened, history > 0):
             sock.close()
             return
         screen = _screen(opened)
@@ -162,6 +164,11 @@ def attempt(argv: list[str]) -> None:
         return
     _opened = opened
     _draw(opened, screen)
+    if opened.written:
+        try:  # what goes before the screen is drawn: the host writes it now
+            sock.sendall(P.encode(P.TerminalReady()))
+        except OSError:
+            pass  # gone: the full path finds the connection closed
 
 
 def _choose(opened: Opened, seconds: float) -> bool:
@@ -181,7 +188,7 @@ def _choose(opened: Opened, seconds: float) -> bool:
     return True
 
 
-def _read_until_repaint(opened: Opened) -> bool:
+def _read_until_repaint(opened: Opened, want_history: bool) -> bool:
     """Read Welcome, Attached, the history and the repaint's first frame; False at
     anything else (an Error: no such session ...), or if the connection closed.  The
     deadline bounds each wait but the last: a repaint comes within milliseconds of the
@@ -194,6 +201,10 @@ def _read_until_repaint(opened: Opened) -> bool:
         history = kinds[2:3] == [P.SnapshotData.KIND]  # an older host sends none
         if len(kinds) > 2 + history:
             return True
+        if len(kinds) >= 2 and not opened.written:
+            opened.written = bool(P.decode(*frames[1]).terminal)
+        if opened.written and (history or not want_history):
+            return True  # the host writes the repaint, once told (TerminalReady)
         if history:
             sock.settimeout(REPAINT_WAIT)
         try:

@@ -72,6 +72,10 @@ class OuterTerminal:
         self.entered = False  # ENTER written: the session's output may follow
         self.is_raw = False
 
+    def described(self) -> dict | None:
+        """stdout as the PTY host is asked to write it itself (``described``)."""
+        return described(self.stdout) if self.screen else None
+
     def raw(self) -> None:
         """Keys straight through: no echo, no line editing, no signals from the tty.
         Once: setraw discards input not yet read, and after attach's first paint
@@ -101,6 +105,20 @@ class OuterTerminal:
                 termios.tcsetattr(self.stdin, termios.TCSADRAIN, self.saved)
             except (termios.error, OSError):
                 pass  # the terminal is gone (hung up): nothing left to restore
+
+
+def described(fd: int) -> dict | None:
+    """``fd``'s terminal as the PTY host is asked to write it itself (Attach.terminal,
+    ptyhostd/terminal.py): a pseudo-terminal's path, device and inode; None: not one
+    (the host sends frames, as always)."""
+    try:
+        path = os.ttyname(fd)
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    if not path.startswith("/dev/pts/"):
+        return None
+    return {"path": path, "dev": st.st_dev, "ino": st.st_ino}
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -103,9 +103,12 @@ class Plan:
                     continue
                 # In step: the old code sent it everything and its transport holds none of
                 # it; else it is repainted by the new code after the reconnect.
+                # A terminal the host writes (terminal.py): the bridge sends frames on,
+                # which the client writes after what its terminal already has.
                 sending = (att.pos == s.ring.head and not att.paused and not att.viewing
                            and not att.resyncing and att.sized_to_session()
-                           and transport.get_write_buffer_size() == 0)
+                           and transport.get_write_buffer_size() == 0
+                           and (att.terminal is None or att.terminal.empty()))
                 reading = (feed.typing and not att.read_only and att.token is not None
                            and conn.quiet())
                 feed.clients.append(_Client(sock.fileno(), feed, conn.reader, att.token,

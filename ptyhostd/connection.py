@@ -19,7 +19,7 @@ import clowder_wire as protocol
 from clowder_common import __version__
 from clowder_common.peercred import peer_creds
 
-from . import engine, handoff, inputseq, peer, pty
+from . import engine, handoff, inputseq, peer, pty, terminal
 from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
 from .host import Host, RequestError
 from .keystrokes import KEYSTROKES
@@ -97,7 +97,7 @@ class Connection(asyncio.Protocol):
                 return
             if not self.greeted:
                 self._hello(msg)
-            elif isinstance(msg, (protocol.Input, protocol.Resize)) \
+            elif isinstance(msg, (protocol.Input, protocol.Resize, protocol.TerminalReady)) \
                     and self.attachment is not None and self._queue.empty():
                 self._attached_input(msg)  # inline: keystrokes must not queue behind work
             else:
@@ -153,14 +153,13 @@ class Connection(asyncio.Protocol):
         # stops and later catches up from the ring (Attachment.paused).
         self._writable.clear()
         if self.attachment is not None:
-            self.attachment.paused = True
+            self.attachment.stop("socket")
 
     def resume_writing(self) -> None:
         self._writable.set()
         self._resume("output")
         if self.attachment is not None:
-            self.attachment.paused = False
-            self.attachment.catch_up()
+            self.attachment.go("socket")
 
     async def _drained(self) -> None:
         """Return once the client has read enough of what we wrote (the low-water mark)."""
@@ -286,7 +285,7 @@ class Connection(asyncio.Protocol):
     async def _handle(self, msg: protocol.Message) -> None:
         P = protocol
         self.host.last_request = time.monotonic()
-        if isinstance(msg, (P.Input, P.Resize)):
+        if isinstance(msg, (P.Input, P.Resize, P.TerminalReady)):
             self._attached_input(msg)
             return
         if self.attachment is not None and not isinstance(msg, P.Detach):
@@ -408,6 +407,8 @@ class Connection(asyncio.Protocol):
         elif isinstance(msg, P.WatchEvents):
             await self._watch(msg)
         elif isinstance(msg, P.Detach):
+            if self.attachment is not None:
+                self.attachment.close_terminal()  # before the Ok: nothing written after
             self.send(P.Ok())
             self.close_after_flush()
         else:
@@ -527,23 +528,34 @@ class Connection(asyncio.Protocol):
             s.size_owner = att
             if msg.cols and msg.rows:
                 self.host.resize(s, msg.cols, msg.rows)
-        self.send(protocol.Attached(session=s.info(), input_seq=input_seq))
-        if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
-            att.pos = max(s.ring.tail, s.ring.head - msg.replay)
-        else:  # a terminal: the current screen, repainted, then live output
-            await att.repaint(max(0, msg.history), ansi=msg.history_format == "ansi")
-            if self.closed:
-                return
+        if msg.terminal is not None and msg.replay < 0 and s.state == "running":
+            self._take_terminal(att, msg.terminal)
+        try:
+            self.send(protocol.Attached(session=s.info(), input_seq=input_seq,
+                                        terminal=att.terminal is not None))
+            if msg.replay >= 0:  # raw bytes wanted (e.g. clowder-control's watchers)
+                att.pos = max(s.ring.tail, s.ring.head - msg.replay)
+            else:  # a terminal: the current screen, repainted, then live output
+                await att.repaint(max(0, msg.history), ansi=msg.history_format == "ansi")
+                if self.closed:
+                    att.close_terminal()
+                    return
+        except BaseException:
+            att.close_terminal()
+            raise
         if s.state != "running":
-            att.catch_up()
-            self.send(s.exited_message())
-            if self._saw(s):
-                self.host.save()
-            self.close_after_flush()
+            def end() -> None:
+                att.close_terminal()
+                self.send(s.exited_message())
+                if self._saw(s):
+                    self.host.save()
+                self.close_after_flush()
+            att.finish(end)
             return
         self.attachment = att
         s.attachments.add(att)
-        att.paused = not self._writable.is_set()  # the repaint may have filled the buffer
+        if not self._writable.is_set():  # the repaint may have filled the buffer
+            att.stop("socket")
         att.catch_up()
 
     def _attached_input(self, msg: protocol.Message) -> None:
@@ -551,6 +563,11 @@ class Connection(asyncio.Protocol):
         if att is None:
             self.send(protocol.Error(message=f"{type(msg).__name__} needs an attach first",
                                      code="not-attached"))
+            return
+        if isinstance(msg, protocol.TerminalReady):
+            if att.terminal is not None:
+                att.terminal.release()
+                att.go("ready")
             return
         if att.read_only and isinstance(msg, protocol.Resize):
             # A watcher's terminal size is its own: frames of that size (screen_view.py),
@@ -597,9 +614,30 @@ class Connection(asyncio.Protocol):
                 # client does not read: stop reading it until it does.
                 self._pause("output")
 
+    def _take_terminal(self, att: Attachment, spec) -> None:
+        """Write ``att``'s output to the client's own terminal, if it is (terminal.py);
+        held until the client's TerminalReady.  Else frames, as to any client."""
+        fd, why = terminal.open_for(spec, self.uid)
+        if fd is None:
+            log.debug("client pid %d uid %d: its terminal is not written by the host: %s",
+                      self.pid, self.uid, why, extra={"CLOWDER_CAUSE": "terminal-refused"})
+            return
+        loop = asyncio.get_running_loop()
+        att.terminal = terminal.Terminal(fd, loop, on_room=lambda: att.go("terminal"),
+                                         on_broken=self._terminal_broken)
+        att.stop("ready")
+
+    def _terminal_broken(self, why: str) -> None:
+        """The client's terminal failed a write (hung up): the client is gone with it.
+        Closed at the next turn: this runs inside a write to every attached client."""
+        log.debug("client pid %d uid %d: its terminal: %s", self.pid, self.uid, why,
+                  extra={"CLOWDER_CAUSE": "terminal-broken"})
+        asyncio.get_running_loop().call_soon(self.close_after_flush)
+
     def _detach(self) -> None:
         if self.attachment is not None:
             att = self.attachment
+            att.close_terminal()
             tok = att.token
             if tok is not None and tok.conn is self:
                 tok.conn = None

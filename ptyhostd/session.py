@@ -158,9 +158,18 @@ RESYNC_AFTER = 1 << 20
 # A client whose terminal is not the session's size is sent frames (screen_view.py),
 # at most one per this many seconds while output goes on.
 VIEW_INTERVAL = 0.05
+# The longest the end of a session waits for a client's terminal to take the rest of
+# its output (Attachment.finish): a terminal that takes nothing (stopped with ^S, or a
+# client that never reads its pty) gets the end without it.
+FINISH_WAIT = 2.0
 
 EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
 _TASKS: set = set()  # resync repaints and compressions under way (a task must be referenced)
+
+
+def _say_end(conn, msg: protocol.Exited) -> None:
+    conn.send(msg)
+    conn.close_after_flush()
 
 
 def painted_vt(screen) -> bytes:
@@ -203,12 +212,73 @@ class Attachment:
         self.repaints = repaints  # a terminal (resynchronised by repaint), not a raw reader
         self.size = size  # the client's terminal size; applied while it owns the size
         self.pos = session.ring.head
-        self.paused = False
+        # Why output is not sent now (it waits in the ring): "socket" (the client's
+        # socket is full), "terminal" (its terminal is), "ready" (the host writes its
+        # terminal, and the client has not yet drawn what goes before the screen).
+        self.stops: set[str] = set()
+        # The client's own terminal, when the host writes it (terminal.py); else frames.
+        self.terminal = None
         self.token = None  # its numbered input stream (inputseq.Token), if it has one
         self.resyncing = False  # a repaint is being made and sent (``_resync``)
         self.again = False  # the size changed while it was: one more once it is done
         self.viewing = False  # sent frames (screen_view.py), not the program's bytes
         self.attached_at = time.monotonic()  # the newest writer left takes the size
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.stops)
+
+    def stop(self, why: str) -> None:
+        self.stops.add(why)
+
+    def go(self, why: str) -> None:
+        """``why`` is over: send what waits, if nothing else stops it."""
+        if why in self.stops:
+            self.stops.discard(why)
+            if not self.stops:
+                self.catch_up()
+
+    def _out(self, data) -> None:
+        """Output for the client: to its terminal, or in Output frames."""
+        term = self.terminal
+        if term is None:
+            for i in range(0, len(data), protocol.MAX_DATA):
+                self.conn.write_raw(protocol.encode_output(data[i:i + protocol.MAX_DATA]))
+            return
+        term.write(data)
+        if term.full:
+            self.stop("terminal")
+
+    def finish(self, then) -> None:
+        """The session ended: ``then()`` once the client has all of its output (a
+        terminal the host writes takes the rest first: ``then`` says the end on the
+        socket, which must not overtake it), or at once if it is stuck."""
+        term = self.terminal
+        if term is None or term.fd is None:
+            then()
+            return
+        self.stops.discard("ready")  # ended before the client was ready: write anyway
+        said = []
+
+        def say() -> None:
+            if not said:
+                said.append(True)
+                timer.cancel()
+                then()
+
+        def drained() -> None:
+            if self.pos >= self.session.ring.head or term.fd is None:
+                say()
+            else:  # more went in as it drained (``go``): wait for that too
+                term.when_drained(drained)
+        timer = asyncio.get_running_loop().call_later(FINISH_WAIT, say)
+        term.release()
+        self.catch_up()
+        term.when_drained(drained)
+
+    def close_terminal(self) -> None:
+        if self.terminal is not None:
+            self.terminal.close()
 
     def sized_to_session(self) -> bool:
         """Whether the program's bytes can be sent as they are: a raw reader, a client
@@ -230,10 +300,13 @@ class Attachment:
             return frame
         if self.pos != start:
             return frame
+        self.pos = start + len(data)
+        if self.terminal is not None:
+            self._out(data)
+            return frame
         if frame is None:
             frame = protocol.encode_output(data)
         self.conn.write_raw(frame)
-        self.pos = start + len(data)
         return frame
 
     async def repaint(self, history: int = 0, ansi: bool = True) -> None:
@@ -254,8 +327,7 @@ class Attachment:
         else:
             painted, self.pos = await self.session.view(*self.size)
         self.viewing = not sized
-        for i in range(0, len(painted), protocol.MAX_DATA):
-            self.conn.write_raw(protocol.encode_output(painted[i:i + protocol.MAX_DATA]))
+        self._out(painted)
 
     def refresh(self) -> None:
         """Repaint soon (off the loop): after output while viewing, or when the session's
@@ -311,8 +383,8 @@ class Attachment:
             self.pos = ring.tail  # a raw reader resumes at the oldest byte held
         while not self.paused and self.pos < ring.head:
             chunk = ring.read(self.pos, min(ring.head, self.pos + protocol.MAX_DATA))
-            self.conn.write_raw(protocol.encode_output(chunk))
             self.pos += len(chunk)
+            self._out(chunk)
 
 
 class Session:
@@ -912,10 +984,9 @@ class Session:
                 fut.set_result(msg)
         self.waiters.clear()
         for att in list(self.attachments):
-            att.conn.send(msg)
             # Its owner's terminal showed the end: seen (saved by the end's caller).
             self.seen = self.seen or (att.conn.uid == self.uid and not att.conn.control)
-            att.conn.close_after_flush()
+            att.finish(functools.partial(_say_end, att.conn, msg))
         self.attachments.clear()
 
     def close_fds(self, keep_ring: bool = True) -> None:

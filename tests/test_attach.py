@@ -48,6 +48,10 @@ class Attach:
         """``sid`` None: no ID (the newest running session); ``entry``: how PYTHON runs
         clowderctl (a probe script, say)."""
         self.master, slave = os.openpty()
+        if host.run_user:
+            # Given to its user, as a terminal emulator or sshd does (grantpt): the host
+            # writes only its clients' own terminals (ptyhostd/terminal.py).
+            os.fchown(slave, host.uid, -1)
         self.set_size(cols, rows)
         argv = host._as([PYTHON, *entry, "--socket", host.socket, "attach", *opts,
                          *([] if sid is None else [sid])])
@@ -292,6 +296,56 @@ def test_detach_key_leaves_session_running(host, attach, key):
              "the input typed just before the detach key to reach the session")
     info = host.ps()[sid]
     assert info["state"] == "running" and info["pid"] == pid
+
+
+def _holds(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open."""
+    fds = f"/proc/{pid}/fd"
+    for name in os.listdir(fds):
+        try:
+            if os.readlink(f"{fds}/{name}") == path:
+                return True
+        except OSError:
+            pass  # closed meanwhile
+    return False
+
+
+@pytest.mark.parametrize("opts", [(), ("--read-only",)], ids=["typing", "read-only"])
+def test_the_host_writes_the_clients_terminal_itself(host, attach, opts):
+    """The output goes from the pty through the host to the client's own terminal, as
+    tmux's server writes its clients' terminals (ptyhostd/terminal.py); the client's
+    process copies none of it.  A detach hands the modes back after the host's last
+    byte: nothing of the session comes after them."""
+    sid = host.spawn("sh", "-c", "echo started-$((1+1)); "
+                     "while :; do echo flood-line-of-some-length; done")
+    a = attach(sid, *opts, separate_stderr=True)
+    a.wait_raw()
+    a.expect(re.compile(rb"started-2|flood-line"), what="the session's output")
+    pid = host.main_pid()
+    wait_for(lambda: _holds(pid, a.tty), 10, f"the host to hold the client's {a.tty}")
+    a.type(DETACH)
+    assert a.finish() == 0
+    assert b"detached" in a.stderr()
+    # The client wrote RESET (ctl/outer.py) once the host had let the terminal go.
+    from ctl.outer import LEAVE_TITLE, RESET
+    end = bytes(a.out).rfind(RESET + LEAVE_TITLE)
+    assert end > 0, "the terminal's modes were not handed back"
+    assert bytes(a.out)[end + len(RESET + LEAVE_TITLE):] == b"", \
+        "the session's output came after the client handed the terminal back"
+    wait_for(lambda: not _holds(pid, a.tty), 10, f"the host to let {a.tty} go")
+
+
+def test_the_end_comes_after_all_the_output_the_host_wrote(host, attach):
+    """The host writes the last of the output to the terminal before it says the
+    session ended (Attachment.finish): the client's message comes after all of it."""
+    sid = shell(host)
+    a = attach(sid)
+    ready(a)
+    a.type(b"seq 1 150000; exit 3\r")
+    assert a.finish() == 3
+    out = bytes(a.out)
+    last, ended = out.rfind(b"150000"), out.find(b"session " + sid.encode() + b" ended")
+    assert 0 < last < ended, (last, ended, out[-300:])
 
 
 def test_read_only_sends_no_input(host, attach):

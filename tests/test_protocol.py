@@ -99,7 +99,8 @@ GROWN = {"Welcome": ("pid",),  # the daemon's pid, for ptyhostd --hand-off
          "StatusReport": ("sessions", "omitted"),  # plain sessions (issue 14); a bound
          "Spawn": ("resumes",),  # the session of a previous boot it opens on (issue 17)
          # Scrollback sent with the repaint, from the same look (issue 13).
-         "Attach": ("history", "history_format"),
+         # And the client's terminal for the host to write itself (ptyhostd/terminal.py).
+         "Attach": ("history", "history_format", "terminal"),
          # A list too large for one frame comes in pages (test_hostile_listing.py).
          "SessionList": ("more",), "ListSessions": ("after",)}
 

@@ -91,12 +91,18 @@ class _Session:
         self.history_lines = 0  # lines of scrollback the first Attach asks for
         self.history = b""  # text put into the scrollback before the first repaint
         self.session_id = None  # the session the host attached us to (Attached)
+        # Our terminal, for the host to write the output to itself (Attach.terminal):
+        # local attaches only (clowder-control passes attaches on without it).
+        self.terminal = None if args.agent or not isinstance(args.target, (str, type(None))) \
+            else outer.described()
+        self.written = False  # the host writes our terminal on this connection
 
     def run(self, first: bool, opened: firstpaint.Opened | None = None) -> tuple[str, object]:
         """``opened``: the attach firstpaint.py made and drew (the first one only)."""
         self.resized = False  # the Attach below carries the current size
         cols, rows = _size()
         c = None
+        told = False  # TerminalReady sent
         try:
             if opened is None:
                 c = Client(self.args.target)
@@ -105,14 +111,17 @@ class _Session:
                                        read_only=self.args.read_only,
                                        token=None if self.args.read_only else self.token,
                                        history=history, history_format="text"
-                                       if self.args.plain_history else "ansi"))
+                                       if self.args.plain_history else "ansi",
+                                       terminal=self.terminal))
                 attached = c.recv()  # Attached (errors raise)
                 if history:
                     self.history = _history(c)
             else:
                 c, attached = _adopt(opened)
                 self.resized = (cols, rows) != opened.size  # resized while it drew
+                told = True  # firstpaint.py sent TerminalReady once it drew
             self.session_id = (attached.session or {}).get("id")
+            self.written = bool(getattr(attached, "terminal", False))
             if self.session_id and self.session_id == os.environ.get("CLOWDER_SESSION"):
                 # Named, or an agent's (the id check in run() cannot see those).
                 c.close()
@@ -146,6 +155,10 @@ class _Session:
                 # The repaint only covers the visible screen: recent output goes first, as
                 # plain lines, and scrolls up into the terminal's own scrollback.
                 self.out.write(firstpaint.history_block(self.history, rows))
+            if self.written and not told:
+                # What goes before the screen is drawn: the host writes from here on.
+                self.out.flush()
+                c.send(protocol.TerminalReady())
             # recv() reads whole chunks, so the first Output frames of the backlog (and,
             # for an ended session, its Exited) may have come with Attached and wait in
             # c.pending: show them before reading the socket again, or they are lost.
@@ -270,6 +283,8 @@ class _Session:
         if detach:
             self.outbuf += protocol.encode(protocol.Detach())
             self._flush_all(c)
+            if self.written:
+                self._detached(c)
         return detach
 
     def _input(self, data: bytes) -> None:
@@ -316,6 +331,24 @@ class _Session:
                 self._flush(c)
         except OSError:
             pass  # the host is gone: detached all the same
+
+    def _detached(self, c: Client) -> None:
+        """Wait for the host's Ok (or the connection's end): the host writes our
+        terminal until then, and what we write next (the modes handed back) must come
+        after its last bytes.  A host that does not answer in a few seconds is not
+        waited for (it is gone or stuck: it writes nothing more either way)."""
+        deadline = time.monotonic() + 5
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([c.sock], [], [], left)[0]:
+                    return
+                data = c.sock.recv(1 << 16)
+                if not data or any(isinstance(m, (protocol.Ok, protocol.Error))
+                                   for m in c.reader.feed(data)):
+                    return
+        except (OSError, protocol.ProtocolError):
+            return  # gone: it writes nothing more
 
     def _dropped(self) -> tuple[str, object]:
         """The connection is gone: what it did not acknowledge is resent on reattach."""
