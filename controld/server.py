@@ -158,6 +158,8 @@ class ControlServer:
                             extra={"CLOWDER_AGENT": agent, "CLOWDER_CAUSE": "attach-failed"})
                 writer.write(protocol.encode(protocol.Error(message=str(exc), code="host")))
                 return
+            # Not the client's terminal (Attach.terminal): the host would check it
+            # against our uid, not the client's, so agents' attaches stay in frames.
             host_writer.write(protocol.encode(protocol.Attach(
                 session=sid, cols=msg.cols, rows=msg.rows, read_only=msg.read_only,
                 replay=msg.replay, token=msg.token, history=msg.history,

@@ -41,6 +41,19 @@ FLOOD_LIMIT = 400 * MiB  # the old code took this much and held it (the issue: +
 BIG = "x" * (P.MAX_FRAME - 1024)  # a name as large as a frame allows
 
 
+_TERMINALS: list[tuple[int, int]] = []
+
+
+def _unread_terminal() -> dict:
+    """A pty of ours that is never read, as an Attach names it (kept open until we exit:
+    the host may hold it as long as a flood's connection)."""
+    if not _TERMINALS:
+        _TERMINALS.append(os.openpty())
+    slave = _TERMINALS[0][1]
+    st = os.fstat(slave)
+    return {"path": os.ttyname(slave), "dev": st.st_dev, "ino": st.st_ino}
+
+
 def _frames(*msgs: P.Message, times: int = 1) -> bytes:
     return b"".join(P.encode(m) for m in msgs) * times
 
@@ -63,6 +76,13 @@ HOST_FLOODS = {
     "Attach-history": lambda s: _frames(P.Attach(session=s["full"], read_only=True,
                                                  history=100000), times=50),
     "Input": lambda s: _frames(P.Input(data=b"x"), P.Resize(cols=80, rows=24), times=200),
+    # Attached or not, the host writes no answer to it (terminal.py).
+    "TerminalReady": lambda s: _frames(P.TerminalReady(), times=200),
+    # The host writes a terminal of ours that nobody reads: it keeps terminal.HIGH.
+    "Attach-terminal": lambda s: _frames(P.Attach(session=s["full"],
+                                                  terminal=_unread_terminal()),
+                                         P.TerminalReady(), P.Input(data=b"x" * 1000),
+                                         times=50),
     # A screenful: feeding a full 4 MiB ring to the screen stalls the host by itself
     # (issue 12 item 3, not a hoard): reported, not this test's subject.
     "GetSnapshot": lambda s: _frames(P.GetSnapshot(session=s["small"], format="html"),
