@@ -41,19 +41,6 @@ FLOOD_LIMIT = 400 * MiB  # the old code took this much and held it (the issue: +
 BIG = "x" * (P.MAX_FRAME - 1024)  # a name as large as a frame allows
 
 
-_TERMINALS: list[tuple[int, int]] = []
-
-
-def _unread_terminal() -> dict:
-    """A pty of ours that is never read, as an Attach names it (kept open until we exit:
-    the host may hold it as long as a flood's connection)."""
-    if not _TERMINALS:
-        _TERMINALS.append(os.openpty())
-    slave = _TERMINALS[0][1]
-    st = os.fstat(slave)
-    return {"path": os.ttyname(slave), "dev": st.st_dev, "ino": st.st_ino}
-
-
 def _frames(*msgs: P.Message, times: int = 1) -> bytes:
     return b"".join(P.encode(m) for m in msgs) * times
 
@@ -76,11 +63,10 @@ HOST_FLOODS = {
     "Attach-history": lambda s: _frames(P.Attach(session=s["full"], read_only=True,
                                                  history=100000), times=50),
     "Input": lambda s: _frames(P.Input(data=b"x"), P.Resize(cols=80, rows=24), times=200),
-    # Attached or not, the host writes no answer to it (terminal.py).
+    # Not attached: each is answered with an Error (it needs an attach first).
     "TerminalReady": lambda s: _frames(P.TerminalReady(), times=200),
     # The host writes a terminal of ours that nobody reads: it keeps terminal.HIGH.
-    "Attach-terminal": lambda s: _frames(P.Attach(session=s["full"],
-                                                  terminal=_unread_terminal()),
+    "Attach-terminal": lambda s: _frames(P.Attach(session=s["full"], terminal=s["terminal"]),
                                          P.TerminalReady(), P.Input(data=b"x" * 1000),
                                          times=50),
     # A screenful: feeding a full 4 MiB ring to the screen stalls the host by itself
@@ -186,7 +172,14 @@ def sessions(host):
     small = host.spawn("sh", "-c", "seq 1 30; exec sleep 100000")
     wait_for(lambda: len(host.backlog(full)) >= 3 << 20, 30,
              "the session's backlog to be full (3 MiB of its 4)", interval=0.5)
-    yield {"full": full, "reader": reader, "small": small}
+    # A terminal of the host's user's that nobody reads (the Attach-terminal row).
+    master, slave = os.openpty()
+    os.fchown(slave, host.uid, -1)
+    st = os.fstat(slave)
+    terminal = {"path": os.ttyname(slave), "dev": st.st_dev, "ino": st.st_ino}
+    yield {"full": full, "reader": reader, "small": small, "terminal": terminal}
+    os.close(master)
+    os.close(slave)
     for sid in (full, reader, small):
         host.ctl("kill", sid, "--signal", "KILL", check=False)
 

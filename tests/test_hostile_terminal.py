@@ -102,6 +102,14 @@ class _Client:
         return got
 
 
+def _terminal(host) -> tuple[int, int]:
+    """A pty (master, slave) whose slave is the host's user's, as a terminal of theirs
+    (a root client's in the system scope)."""
+    master, slave = os.openpty()
+    os.fchown(slave, host.uid, -1)
+    return master, slave
+
+
 def _holds(pid: int, path: str) -> bool:
     for name in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -209,7 +217,7 @@ def test_a_terminal_nobody_reads_is_bounded_and_repainted(host):
     sid = host.spawn("sh", "-c", f"head -c {FLOOD_MB * 1000 * 1000} /dev/zero | tr '\\0' x "
                      "| fold -w 79; echo flood-$((1+1))-done; read go; echo end-$((6*7)); "
                      "exec sleep 100000")
-    master, slave = os.openpty()
+    master, slave = _terminal(host)
     mem = Memory(host.main_pid())
     stalled = _Client(_connected(host.socket))
     stepping = _Client(_connected(host.socket))
@@ -261,7 +269,7 @@ def test_a_terminal_that_hangs_up_ends_its_attach_alone(host):
     ends that attach (the client is gone with its terminal) and lets the terminal go;
     the session and another attach go on."""
     sid = host.spawn("sh", "-c", "while :; do echo hang-up-flood; done")
-    master, slave = os.openpty()
+    master, slave = _terminal(host)
     c = _Client(_connected(host.socket))
     other = _Client(_connected(host.socket))
     try:
