@@ -57,7 +57,8 @@ def main() -> None:
                 f"p99 {percentile(lat, 99) * 1e3:.2f} ms")
         res = fig_throughput.measure(peer, path, size, 300)
         tput.setdefault(label, []).append(res["mb_s"])
-        log(f"{label} cat: {res['mb_s']:.1f} MB/s (server cpu {res['server_cpu']:.2f} s)")
+        log(f"{label} cat: {res['mb_s']:.1f} MB/s (server cpu {res['server_cpu']:.2f} s, "
+            f"client cpu {res['client_cpu']:.2f} s)")
 
     def big(label: str, kind: str) -> None:
         for load, got in fig_snapshot.beside_big(kind, samples, rng, 120).items():
