@@ -152,8 +152,8 @@ class Connection(asyncio.Protocol):
         # Past CLIENT_HIGH_WATER unsent: replies wait (the worker), attached output
         # stops and later catches up from the ring (Attachment.paused).
         self._writable.clear()
-        if self.attachment is not None:
-            self.attachment.stop("socket")
+        if self.attachment is not None and self.attachment.terminal is None:
+            self.attachment.stop("socket")  # (its terminal's output is not on the socket)
 
     def resume_writing(self) -> None:
         self._writable.set()
@@ -543,18 +543,19 @@ class Connection(asyncio.Protocol):
         except BaseException:
             att.close_terminal()
             raise
-        if s.state != "running":
+        if s.state != "running":  # ended before, or while the repaint was made
             def end() -> None:
                 att.close_terminal()
                 self.send(s.exited_message())
                 if self._saw(s):
                     self.host.save()
                 self.close_after_flush()
+            att.catch_up()
             att.finish(end)
             return
         self.attachment = att
         s.attachments.add(att)
-        if not self._writable.is_set():  # the repaint may have filled the buffer
+        if not self._writable.is_set() and att.terminal is None:  # the repaint filled it
             att.stop("socket")
         att.catch_up()
 

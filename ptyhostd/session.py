@@ -162,6 +162,7 @@ VIEW_INTERVAL = 0.05
 # its output (Attachment.finish): a terminal that takes nothing (stopped with ^S, or a
 # client that never reads its pty) gets the end without it.
 FINISH_WAIT = 2.0
+FINISH_POLL = 0.02  # how often it looks while nothing is in flight (a repaint is made)
 
 EXIT_STATUS = {1: "exited", 2: "killed", 3: "dumped"}
 _TASKS: set = set()  # resync repaints and compressions under way (a task must be referenced)
@@ -252,12 +253,22 @@ class Attachment:
     def finish(self, then) -> None:
         """The session ended: ``then()`` once the client has all of its output (a
         terminal the host writes takes the rest first: ``then`` says the end on the
-        socket, which must not overtake it), or at once if it is stuck."""
+        socket, which must not overtake it), or after FINISH_WAIT if it takes nothing."""
         term = self.terminal
+        if term is not None and "ready" in self.stops:
+            # The client has not drawn what goes before the screen yet: what its
+            # terminal would have had goes in frames, which come after that.
+            self.terminal = None
+            held = term.take()
+            term.close()
+            self.stops -= {"ready", "terminal"}
+            self._out(held)
+            self.catch_up()
+            term = None
         if term is None or term.fd is None:
             then()
             return
-        self.stops.discard("ready")  # ended before the client was ready: write anyway
+        loop = asyncio.get_running_loop()
         said = []
 
         def say() -> None:
@@ -267,12 +278,15 @@ class Attachment:
                 then()
 
         def drained() -> None:
+            if said:
+                return
             if self.pos >= self.session.ring.head or term.fd is None:
                 say()
-            else:  # more went in as it drained (``go``): wait for that too
+            elif not term.empty():
                 term.when_drained(drained)
-        timer = asyncio.get_running_loop().call_later(FINISH_WAIT, say)
-        term.release()
+            else:  # nothing in flight (a repaint being made): look again shortly
+                loop.call_later(FINISH_POLL, drained)
+        timer = loop.call_later(FINISH_WAIT, say)
         self.catch_up()
         term.when_drained(drained)
 

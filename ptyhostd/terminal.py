@@ -117,6 +117,11 @@ class Terminal:
         if len(self._pending) > HIGH:
             self.full = True
 
+    def take(self) -> bytes:
+        """What was not written, taken back (to be sent another way)."""
+        data, self._pending = bytes(self._pending), bytearray()
+        return data
+
     def when_drained(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once everything written so far is in the terminal (or it broke)."""
         if self.fd is None or (not self._pending and not self._held):

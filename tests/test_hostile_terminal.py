@@ -294,3 +294,26 @@ def test_a_terminal_that_hangs_up_ends_its_attach_alone(host):
     finally:
         c.sock.close()
         other.sock.close()
+
+
+def test_a_client_that_never_says_ready_gets_the_end_in_frames(host):
+    """A client that named its terminal and never sent TerminalReady: nothing is written
+    to its terminal (it never drew what goes before the screen), its output waits, and
+    when the session ends it comes in frames, in order, before the end."""
+    sid = host.spawn("sh", "-c", "echo before-$((6*7)); read go; seq 1 5000; exit 4")
+    wait_for(lambda: b"before-42" in host.backlog(sid), 10, "the session to print")
+    master, slave = _terminal(host)
+    c = _Client(_connected(host.socket))
+    try:
+        assert c.attach(sid, _spec(slave), ready=False).terminal is True
+        host.ctl("send", sid, "go\n")
+        ended = c.until(P.Exited, "the end of the session")
+        assert isinstance(ended, P.Exited) and ended.exit_code == 4, ended
+        out = bytes(c.output)
+        assert b"before-42" in out and out.rfind(b"5000") > out.find(b"before-42"), \
+            out[-300:]
+        assert not select.select([master], [], [], 0)[0], "the terminal was written"
+    finally:
+        c.sock.close()
+        os.close(master)
+        os.close(slave)
