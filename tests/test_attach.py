@@ -48,7 +48,7 @@ class Attach:
         """``sid`` None: no ID (the newest running session); ``entry``: how PYTHON runs
         clowderctl (a probe script, say)."""
         self.master, slave = os.openpty()
-        if host.run_user:
+        if getattr(host, "run_user", None):  # (a remote's or a nested host's: not asked)
             # Given to its user, as a terminal emulator or sshd does (grantpt): the host
             # writes only its clients' own terminals (ptyhostd/terminal.py).
             os.fchown(slave, host.uid, -1)
