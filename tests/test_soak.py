@@ -23,8 +23,9 @@ mid-way on a bad frame (none may stay starting); and a reboot
 (issue 17): a nested box (tests/rebootbox.py), booted once with its state directories
 kept, powered off under its own live sessions and booted again (at most every REST
 seconds), and a power cut of the same box (its PID 1 killed: only the periodic saves
-are there at the next boot); and journald stopped for a while (a line typed meanwhile
-must come back before it reads again).  For system units (the web view has no others),
+are there at the next boot); journald stopped for a while (a line typed meanwhile
+must come back before it reads again); and a watcher's window closed while the host
+writes its terminal (the host must let the terminal go).  For system units (the web view has no others),
 clowder-web too, run on Debian's aiohttp as the .deb runs it: a connection pipelining one
 kind of request it never reads (test_web.py's HTTP_FLOODS; up to four held), its
 ``kill -9`` and its restart, after each of which it must serve a fresh login and list
@@ -65,7 +66,7 @@ import clowder_wire as P
 from conftest import PYTHON, SUMMARY, ensure_user, poll, wait_for
 from ctl.client import Client
 from rebootbox import KEYS as REBOOT_KEYS, RebootBox
-from test_attach import attach  # noqa: F401  (the fixture)
+from test_attach import _holds, attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
 from test_hostile_gone import spawn_then_bad_frame
 from test_hostile_screen_memory import coloured
@@ -651,6 +652,21 @@ class Soak:
                  30, f"{CROWD_USER}'s floods to end")
         self.host.ctl("rm", *sids)
 
+    def terminal_hangup(self) -> None:
+        """A watcher's window closes while the host writes its terminal (its pty's
+        master, ptyhostd/terminal.py): the watcher ends, the host lets the terminal go,
+        and nothing of the sessions is lost (the verdict)."""
+        sid = self.rng.choice(sorted(self.counters))
+        w = self.attach(sid, "--read-only", separate_stderr=True)
+        w.expect(re.compile(self.counters[sid].encode() + rb"\d+"),
+                 what="the watcher's first output")
+        pid = self.host.main_pid()
+        wait_for(lambda: _holds(pid, w.tty), 15, f"the host to write the watcher's {w.tty}")
+        os.close(w.master)
+        w.master = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)  # closed by w.close()
+        wait_for(lambda: w.proc.poll() is not None, 15, "the watcher to end with its window")
+        wait_for(lambda: not _holds(pid, w.tty), 15, f"the host to let {w.tty} go")
+
     def spawn_cut(self) -> None:
         before = set(self.host.ps())
         throw = self.counts.get("spawn-cut", 0)
@@ -680,7 +696,8 @@ class Soak:
               "exit": self.exiter, "flood": self.flood, "bomb": self.bomb,
               "service-flood": self.service_flood, "reboot": self.reboot,
               "power-cut": self.power_cut, "journal-stall": self.journal_stall,
-              "long-listing": self.long_listing, "spawn-cut": self.spawn_cut}
+              "long-listing": self.long_listing, "spawn-cut": self.spawn_cut,
+              "terminal-hangup": self.terminal_hangup}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         else:  # the web view has system units only
