@@ -10,7 +10,9 @@ history too) sent in one write (with no ID, Hello and a ListSessions first, then
 Attach for the session the full path would choose: ``newest_running``); once Attached,
 the history and the repaint's first frame have come, the terminal is put in raw mode
 and the banner, the history and the repaint are drawn, exactly as the full path draws
-them (the shared helpers below).  Only then does the command line run as always
+them (the shared helpers below).  When the host writes the terminal itself
+(Attached.terminal, ptyhostd/terminal.py), the repaint does not come in frames: the
+banner and the history are drawn, then TerminalReady tells the host to write it.  Only then does the command line run as always
 (ctl/cli.py), and attach (ctl/commands/attach.py) takes the connection over from
 ``take``: from the frames already read on, it is the same client.
 
