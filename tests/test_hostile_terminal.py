@@ -212,7 +212,7 @@ def test_descriptions_that_are_not_the_clients_terminal_are_refused(host):
 
 def test_a_terminal_nobody_reads_is_bounded_and_repainted(host):
     """A terminal whose reader stopped (a hung ssh, ^S) while the session prints FLOOD_MB:
-    the host keeps at most its bound of it, a client in step beside it gets every byte,
+    the host keeps at most its bound of it, a client in step beside it gets the flood,
     and once read again the terminal gets the current screen, not the backlog."""
     sid = host.spawn("sh", "-c", f"head -c {FLOOD_MB * 1000 * 1000} /dev/zero | tr '\\0' x "
                      "| fold -w 79; echo flood-$((1+1))-done; read go; echo end-$((6*7)); "
@@ -232,7 +232,10 @@ def test_a_terminal_nobody_reads_is_bounded_and_repainted(host):
             del stepping.output[:-64]
             got -= len(stepping.output)
             assert stepping.read(1), "the host closed the client in step"
-        assert got > FLOOD_MB * 1000 * 1000, f"the client in step got {got} bytes"
+        # Not every byte: a client that falls 1 MiB behind on a loaded machine is
+        # repainted (RESYNC_AFTER), as any.  Held back by the stalled terminal, it
+        # would have had a few MiB of the flood at most.
+        assert got > FLOOD_MB * 1000 * 1000 // 2, f"the client in step got {got} bytes"
         grew = mem.stop()
         assert grew <= STALLED_GROWTH, f"the host grew {grew >> 20} MiB for a stalled terminal"
         assert _holds(host.main_pid(), os.ttyname(slave))
