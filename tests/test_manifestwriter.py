@@ -40,9 +40,13 @@ class Table:
         self.changes = 0  # changed() calls the writer has seen
         real_changed = self.writer.changed
 
+        self.counted = None  # an asyncio.Event set at each change (taken)
+
         def counted() -> None:
             real_changed()
             self.changes += 1
+            if self.counted is not None:
+                self.counted.set()
         self.writer.changed = counted
 
     def names(self) -> list[str]:
@@ -54,9 +58,13 @@ class Table:
     async def taken(self, changes: int) -> None:
         """Return once the writer has seen ``changes`` changes in all (a waiter's
         ``written()`` runs on the loop's next turn after it is made a task)."""
+        if self.counted is None:
+            self.counted = asyncio.Event()
+
         async def seen():
             while self.changes < changes:
-                await asyncio.sleep(0)
+                self.counted.clear()
+                await self.counted.wait()
         await asyncio.wait_for(seen(), DEADLINE)
 
     async def began(self) -> None:
