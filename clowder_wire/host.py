@@ -70,7 +70,8 @@ __all__ = ["AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX
            "MAX_CWD_BYTES", "argv_bytes", "MAX_COLS", "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output",
            "session_list_frame", "next_page", "Spawn", "ListSessions",
            "Send", "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach",
-           "TerminalReady", "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot", "GetHistory",
+           "TerminalReady", "Remove", "Rename", "UpgradeCheck", "HandOff", "GetSnapshot",
+           "GetHistory",
            "GetExport", "Ok",
            "SessionInfo", "SessionList", "Output", "Exited", "Attached", "CheckReport",
            "SnapshotData", "InputAck", "ExportHead", "EVENT_KINDS", "WatchEvents", "Event"]

@@ -3,8 +3,8 @@ through the host straight to the client's terminal, as tmux's server writes its
 clients' terminals, instead of in Output frames the client's process copies out.
 
 That takes one process off every byte's way and every echo's: ``clowderctl attach``
-cost ~200-290 us of CPU a keystroke and a wake-up of its own to copy each echo
-(docs/design.md, "The client's terminal, written by the host").
+no longer copies output (its CPU in a 50 MB `cat`: 0.17 s -> 0; a keystroke: 258-308 ->
+180-222 us; docs/design.md, "The client's terminal, written by the host").
 
 The client names its terminal in its Attach (``terminal``: path, device and inode, as
 its own fstat of stdout sees them).  The host opens it only if it is a pseudo-terminal

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import PYTHON, wait_for
 from ctl.client import Client
+from ctl.outer import described
 from hostile import MiB, Flooder, Memory, connect_as, rss_kib
 import clowder_wire as P
 from test_access import system_host  # noqa: F401  (alice, bob, mallory and the host)
@@ -175,8 +176,7 @@ def sessions(host):
     # A terminal of the host's user's that nobody reads (the Attach-terminal row).
     master, slave = os.openpty()
     os.fchown(slave, host.uid, -1)
-    st = os.fstat(slave)
-    terminal = {"path": os.ttyname(slave), "dev": st.st_dev, "ino": st.st_ino}
+    terminal = described(slave)
     yield {"full": full, "reader": reader, "small": small, "terminal": terminal}
     os.close(master)
     os.close(slave)

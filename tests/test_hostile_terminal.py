@@ -20,7 +20,9 @@ import time
 
 from conftest import wait_for
 import clowder_wire as P
+from ctl.outer import described as _spec
 from hostile import MiB, Memory, connect_as
+from test_attach import _holds
 from test_access import system_host  # noqa: F401  (alice, bob, mallory and the host)
 
 IN_OPEN = 0x20
@@ -54,10 +56,6 @@ class Opens:
     def close(self) -> None:
         os.close(self.fd)
 
-
-def _spec(fd: int) -> dict:
-    st = os.fstat(fd)
-    return {"path": os.ttyname(fd), "dev": st.st_dev, "ino": st.st_ino}
 
 
 class _Client:
@@ -109,15 +107,6 @@ def _terminal(host) -> tuple[int, int]:
     os.fchown(slave, host.uid, -1)
     return master, slave
 
-
-def _holds(pid: int, path: str) -> bool:
-    for name in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{name}") == path:
-                return True
-        except OSError:
-            pass
-    return False
 
 
 def test_another_users_terminal_is_never_opened(system_host):  # noqa: F811

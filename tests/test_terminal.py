@@ -11,14 +11,11 @@ import time
 
 import pytest
 
+from ctl.outer import described as _spec
 from ptyhostd import terminal
 
 DEADLINE = 10.0
 
-
-def _spec(fd: int) -> dict:
-    st = os.fstat(fd)
-    return {"path": os.ttyname(fd), "dev": st.st_dev, "ino": st.st_ino}
 
 
 @pytest.fixture
