@@ -85,6 +85,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--hand-off", type=int, required=True, metavar="PID",
                    help="the unit's main process ($MAINPID)")
     args = p.parse_args(argv)
+    # A first line, read by journald while this process surely lives on (the hand-off
+    # takes a round trip at least): journald learns a stream's unit from its first line
+    # and keeps it for the stream (_read_by_journald), so the last line has it too.
+    print(f"ptyhostd --hand-off: asking pid {args.hand_off} to hand off", file=sys.stderr)
+    sys.stderr.flush()
+    _read_by_journald(sys.stderr.fileno(), time.monotonic() + JOURNAL_READ)
     try:
         return hand_off(args.socket, args.hand_off)
     except _Failed as exc:
@@ -99,12 +105,16 @@ def _read_by_journald(fd: int, end: float) -> None:
     """Return once what was written to ``fd`` has been read, if ``fd`` is a socket.
 
     Under systemd our stderr is a stream to journald, which learns the writer's unit from
-    /proc/PID/cgroup only when it reads a line: from a process that has exited by then, the
-    line has no unit, and `journalctl -u clowder-ptyhost`, which systemctl's failed reload
-    points to, misses why.  Measured in a private instance: 6 and 11 of 60 lines of a
-    user unit's process that wrote one line and exited (tests/test_handoff.py
+    /proc/PID/cgroup when it logs the stream's first line, and keeps it for the stream's
+    later lines (systemd's journald-stream.c, stdout_stream_log: the stream's context is
+    acquired once).  From a process that has exited by then, the line has no unit, and
+    `journalctl -u clowder-ptyhost`, which systemctl's failed reload points to, misses
+    why.  Measured in a private instance: 6 and 11 of 60 lines of a user unit's process
+    that wrote one line and exited (tests/test_handoff.py
     test_every_refusal_is_in_the_units_journal).  A stream socket's send queue
-    (SIOCOUTQ) is empty once the reader has read it all."""
+    (SIOCOUTQ) is empty once the reader has read it all; journald looks the unit up just
+    after that read, so waiting only at the end still lost 1 line in 30 under a CI run's
+    load (ci76): main() waits once at the start, before the hand-off's round trip."""
     import fcntl
     import stat
     import struct

@@ -184,8 +184,9 @@ def test_precheck_refuses_code_that_cannot_start(host):
 
 def test_every_refusal_is_in_the_units_journal(host):
     """The reload client's own line on why is in `journalctl -u clowder-ptyhost`, every
-    time: journald attributes a line to its writer's unit only while the writer lives, and
-    a user unit's short-lived process lost its unit on 6-11 lines in 60 (ptyhostd/reload.py
+    time: journald learns a stream's unit from its first line only while the writer
+    lives, and a user unit's short-lived process lost its unit on 6-11 lines in 60 with no
+    wait, 1 in 30 (ci76) with a wait at its end only (ptyhostd/reload.py
     _read_by_journald)."""
     main = host.main_pid()
     path = os.path.join(SITE, "handoff.py")
