@@ -14,6 +14,9 @@ medians over all rounds.  Used for issue 13's pty wake size (docs/bench.md, sect
 With $CLOWDER_TREES_SNAPSHOTS=1, also figure 8's echo beside snapshots of the largest
 screen in a loop (fig_snapshot.beside_big), for each tree and tmux in the same round
 (used for the switch interval, docs/design.md "Snapshots beside other sessions' echo").
+With $CLOWDER_TREES_STALLED=1, also figure 1's `cat` with a second client stalled
+(clowder.ClowderStalledPeer) for each tree, and its ratio to the minimal client alone in
+the same round (docs/bench.md, section 1).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ def main() -> None:
     tput: dict[tuple, list[float]] = {}
     beside: dict[tuple, list[float]] = {}  # (tree or tmux, load) -> echo beside snapshots
     snapshots = os.environ.get("CLOWDER_TREES_SNAPSHOTS") == "1"
+    stalled = os.environ.get("CLOWDER_TREES_STALLED") == "1"
+    ratio: dict[str, list[float]] = {}  # tree -> stalled / alone, round by round
     tmux = TmuxPeer()
     if tmux.available():
         raise SystemExit(f"tmux: {tmux.available()}")
@@ -75,6 +80,14 @@ def main() -> None:
             for peer in (clowder.ClowderPeer(), clowder.ClowderCtlPeer(src)):
                 one(f"{tree}/{peer.name}", peer)
                 peer.reset()
+            if stalled:
+                peer = clowder.ClowderStalledPeer()
+                res = fig_throughput.measure(peer, path, size, 300)
+                peer.reset()
+                tput.setdefault(f"{tree}/stalled", []).append(res["mb_s"])
+                ratio.setdefault(tree, []).append(res["mb_s"] / tput[f"{tree}/clowder"][-1])
+                log(f"{tree} cat with a 2nd client stalled: {res['mb_s']:.1f} MB/s, "
+                    f"{ratio[tree][-1]:.2f}x the minimal client alone")
             if snapshots:
                 big(tree, "clowder")
         one("tmux", tmux)
@@ -84,6 +97,10 @@ def main() -> None:
     print("\nmedians over all rounds (echo in ms; cat in MB/s):", flush=True)
     for label in sorted(tput):
         row = [f"{label:28}"]
+        if label.endswith("/stalled"):
+            print(f"{label:28}  cat {median(tput[label]):6.1f}  "
+                  f"x alone {median(ratio[label.split('/')[0]]):.2f}", flush=True)
+            continue
         for load in ("idle", "flood"):
             lat = echo[(label, load)]
             row.append(f"echo {load} p50 {median(lat) * 1e3:5.2f} p99 "
