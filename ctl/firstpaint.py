@@ -68,6 +68,7 @@ class Opened:
         self.drawn = 0  # ... of which this many frames were drawn (or were the greeting)
         self.outer: OuterTerminal | None = None  # in raw mode once drawn
         self.ending: int | None = None  # an ending signal that came meanwhile
+        self.suspend = False  # a SIGTSTP came meanwhile (attach.py suspends once loaded)
         self.taken = False
         self.written = False  # the host writes the terminal (Attached.terminal)
 
@@ -245,6 +246,7 @@ def _draw(opened: Opened, screen: bytes) -> None:
     outer.raw()
     for sig in _ENDING:
         _signal.signal(sig, _noted)
+    _signal.signal(_signal.SIGTSTP, _suspend_noted)  # not stopped raw over the host's writes
     write_all(2, banner(opened.session, False, DETACH_KEY).encode())
     write_all(1, outer.enter() + screen)
 
@@ -252,6 +254,11 @@ def _draw(opened: Opened, screen: bytes) -> None:
 def _noted(signum, _frame) -> None:
     if _opened is not None and _opened.ending is None:
         _opened.ending = signum
+
+
+def _suspend_noted(_signum, _frame) -> None:
+    if _opened is not None:
+        _opened.suspend = True
 
 
 def take(session: str | None, path: str) -> Opened | None:

@@ -44,17 +44,21 @@ class Attach:
     """
 
     def __init__(self, host, sid: str | None, *opts: str, cols: int = 100, rows: int = 30,
-                 separate_stderr: bool = False, entry: tuple = ("-m", "ctl")):
+                 separate_stderr: bool = False, entry: tuple = ("-m", "ctl"),
+                 job: str | None = None):
         """``sid`` None: no ID (the newest running session); ``entry``: how PYTHON runs
-        clowderctl (a probe script, say)."""
+        clowderctl (a probe script, say); ``job``: a script for an interactive bash (job
+        control on) that runs clowderctl as "$@", as a user's shell runs it."""
         self.master, slave = os.openpty()
         if getattr(host, "run_user", None):  # (a remote's or a nested host's: not asked)
             # Given to its user, as a terminal emulator or sshd does (grantpt): the host
             # writes only its clients' own terminals (ptyhostd/terminal.py).
             os.fchown(slave, host.uid, -1)
         self.set_size(cols, rows)
-        argv = host._as([PYTHON, *entry, "--socket", host.socket, "attach", *opts,
-                         *([] if sid is None else [sid])])
+        argv = [PYTHON, *entry, "--socket", host.socket, "attach", *opts,
+                *([] if sid is None else [sid])]
+        argv = host._as(argv if job is None else
+                        ["bash", "--norc", "--noprofile", "-i", "-c", job, "bash", *argv])
         self.proc = subprocess.Popen(
             argv, stdin=slave, stdout=slave,
             stderr=subprocess.PIPE if separate_stderr else slave,
@@ -333,6 +337,86 @@ def test_the_host_writes_the_clients_terminal_itself(host, attach, opts):
     assert bytes(a.out)[end + len(RESET + LEAVE_TITLE):] == b"", \
         "the session's output came after the client handed the terminal back"
     wait_for(lambda: not _holds(pid, a.tty), 10, f"the host to let {a.tty} go")
+
+
+def _descendant(pid: int, program: str) -> int:
+    """The first process under ``pid`` (depth first) that runs ``program``."""
+    for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
+        try:
+            if open(f"/proc/{child}/cmdline", "rb").read().split(b"\0")[0] == \
+                    program.encode():
+                return int(child)
+            found = _descendant(int(child), program)
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone meanwhile
+        if found:
+            return found
+    return 0
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether ``pid`` has a handler for ``signum`` (/proc/PID/status SigCgt)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def _state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (T: stopped)."""
+    stat = open(f"/proc/{pid}/stat").read()
+    return stat[stat.rindex(")") + 2]
+
+
+def test_a_stopped_attach_lets_its_terminal_go_and_repaints_when_continued(host, attach):
+    """SIGTSTP to `clowderctl attach` run by a shell with job control: the host stops
+    writing its terminal before the shell has it back (the session's output must not
+    land on the shell's prompt), the modes are handed back, the job stops; `fg` puts it
+    back in raw mode and reattaches, with what came meanwhile repainted."""
+    sid = shell(host)
+    job = '"$@"; echo "stopped-with-$?"; read line; fg; echo "done-with-$?"'
+    a = attach(sid, separate_stderr=True, job=job)
+    ready(a)
+    pid, hostpid = wait_for(lambda: _descendant(a.proc.pid, PYTHON), 10,
+                            "clowderctl under the job's shell"), host.main_pid()
+    wait_for(lambda: _holds(hostpid, a.tty), 10, f"the host to hold {a.tty}")
+    wait_for(lambda: _catches(pid, signal.SIGTSTP), 10, "clowderctl to catch SIGTSTP")
+    os.kill(pid, signal.SIGTSTP)
+    a.expect(b"stopped-with-148", what="the job's shell to see clowderctl stopped")
+    assert _state(pid) == "T" and not a.raw()
+    wait_for(lambda: not _holds(hostpid, a.tty), 10, f"the host to let {a.tty} go")
+    host.ctl("send", sid, "echo meanwhile-$((6*7))\r")
+    wait_for(lambda: "meanwhile-42" in host.ctl("snapshot", sid).stdout.decode(), 10,
+             "the session's output while the attach is stopped")
+    a._read(0)  # written to the terminal by now, if the host still wrote it
+    assert b"meanwhile-42" not in a.out[a.pos:], \
+        "the session's output reached the terminal of a stopped attach"
+    a.type(b"\n")  # `read line`, then `fg`
+    a.wait_raw()
+    a.expect(b"meanwhile-42", what="the repaint after `fg`")
+    wait_for(lambda: _holds(hostpid, a.tty), 10, f"the host to hold {a.tty} again")
+    a.type(b"echo typed-$((7*8))\r")
+    a.expect(b"typed-56", what="typing after `fg`")
+    a.type(DETACH)
+    a.expect(b"done-with-0", what="the detach to end the job with 0")
+
+
+def test_a_stop_nobody_can_continue_is_not_taken(host, attach):
+    """SIGTSTP to an attach no shell could continue (an orphaned process group: the
+    kernel drops the stop) detaches and reattaches at once: it goes on, typing too."""
+    sid = shell(host)
+    a = attach(sid)
+    ready(a)
+    pid = a.client_pid()
+    wait_for(lambda: _catches(pid, signal.SIGTSTP), 10, "clowderctl to catch SIGTSTP")
+    os.kill(pid, signal.SIGTSTP)
+    a.expect(b"\x1bc", what="the reattach's clean screen")
+    a.wait_raw()
+    assert _state(pid) != "T"
+    a.type(b"echo still-$((5*9))\r")
+    a.expect(b"still-45", what="typing after the SIGTSTP")
+    a.type(DETACH)
+    assert a.finish() == 0
 
 
 def test_the_end_comes_after_all_the_output_the_host_wrote(host, attach):

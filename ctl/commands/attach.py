@@ -74,6 +74,7 @@ class _Session:
         self.wakeup = wakeup  # readable when a signal arrived (signal.set_wakeup_fd)
         self.out = sys.stdout.buffer
         self.resized = False
+        self.suspend = False  # SIGTSTP came: detach, stop as a job, reattach once continued
         # Input is one numbered stream per run (the token): the host says how much of
         # it reached the pty, on each attach (Attached.input_seq) and now and then
         # (InputAck); what it has not acknowledged is kept, and resent on a reattach,
@@ -219,7 +220,7 @@ class _Session:
                     sock_events = events
                 deadline = self.key.deadline()
                 timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if self.resized:
+                if self.resized or self.suspend:
                     timeout = 0.0  # e.g. resized while firstpaint.py's attach was drawn
                 for sk, ev in sel.select(timeout):
                     if sk.data == "sock" and ev & selectors.EVENT_WRITE:
@@ -264,6 +265,17 @@ class _Session:
                     cols, rows = _size()
                     if cols and rows:  # read-only too: its frames follow its size
                         self.outbuf += protocol.encode(protocol.Resize(cols=cols, rows=rows))
+                if self.suspend:
+                    # The host stops writing our terminal before the shell takes it back
+                    # (a stopped client's terminal is the shell's: the session's output
+                    # must not land on its prompt); the reattach repaints.
+                    self.suspend = False
+                    self.outbuf += protocol.encode(protocol.Detach())
+                    self._flush_all(c)
+                    if self.written:
+                        self._detached(c)  # frames end with the connection, closed below
+                    self._dropped()  # this connection's bookkeeping: the next one resends
+                    return "suspended", None
         except (BrokenPipeError, ConnectionResetError):
             # The host went away (a restart) before we read its EOF: dropped, as at EOF.
             return self._dropped()
@@ -483,6 +495,10 @@ def run(args) -> int:
     elif outer.screen:  # through clowder-control too: it passes the Attach's fields on
         session.history_lines = max(0, args.history)
     signal.signal(signal.SIGWINCH, lambda *_: setattr(session, "resized", True))
+    # Raw mode sends no SIGTSTP from the keyboard; one sent (`kill -TSTP`) suspends the
+    # attach as a job: detached, terminal handed back, stopped; reattached when continued.
+    old_tstp = signal.signal(signal.SIGTSTP, lambda *_: setattr(session, "suspend", True))
+    session.suspend = bool(opened and opened.suspend)  # it came while firstpaint.py drew
     old_wakeup = signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
     old_handlers = {sig: signal.signal(sig, _killed) for sig in ENDING_SIGNALS}
     killed = None
@@ -497,6 +513,9 @@ def run(args) -> int:
             if why == "dropped":
                 # The host restarted: it comes back with the session; reattach.
                 _wait_for_host(args.target)
+                continue
+            if why == "suspended":
+                _stop_as_a_job(outer)
                 continue
             if why == "exited" and args.agent:
                 # The agent's session ended: follow the agent to its next one, if
@@ -518,6 +537,7 @@ def run(args) -> int:
         except OSError:
             pass
         outer.restore()
+        signal.signal(signal.SIGTSTP, old_tstp)
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
         signal.set_wakeup_fd(old_wakeup)
@@ -532,6 +552,23 @@ def run(args) -> int:
     code = msg.exit_code if msg.exit_code is not None else 128 + (msg.signal or 127)
     _say(f"\r\n[clowder: session {args.session} ended: {_how(msg)}]")
     return code
+
+
+def _stop_as_a_job(outer: OuterTerminal) -> None:
+    """Hand the terminal back and stop as SIGTSTP stops a job; on return (SIGCONT: `fg`
+    or `bg`), raw again.  A process group with no shell to continue it (orphaned) is
+    not stopped: the kernel drops the signal, and the attach goes on at once."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        pass
+    outer.restore()
+    handler = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    try:
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped on the way out of this call
+    finally:
+        signal.signal(signal.SIGTSTP, handler)
+    outer.raw()  # in the background (`bg`), SIGTTOU stops us here until `fg`
 
 
 def _how(msg) -> str:
