@@ -66,7 +66,7 @@ import clowder_wire as P
 from conftest import PYTHON, SUMMARY, ensure_user, poll, wait_for
 from ctl.client import Client
 from rebootbox import KEYS as REBOOT_KEYS, RebootBox
-from test_attach import _holds, attach  # noqa: F401  (the fixture)
+from test_attach import _catches, _descendant, _holds, attach  # noqa: F401  (the fixture)
 from test_control import COUNTER, Control, agent_yaml
 from test_hostile_gone import spawn_then_bad_frame
 from test_hostile_screen_memory import coloured
@@ -667,6 +667,34 @@ class Soak:
         wait_for(lambda: w.proc.poll() is not None, 15, "the watcher to end with its window")
         wait_for(lambda: not _holds(pid, w.tty), 15, f"the host to let {w.tty} go")
 
+    def client_suspend(self) -> None:
+        """A watcher run by a shell with job control gets SIGTSTP: it stops with its
+        terminal let go (nothing of the session lands there while it is stopped), and
+        `fg` attaches it again to the newer output (ctl/commands/attach.py)."""
+        sid = self.rng.choice(sorted(self.counters))
+        line = re.compile(self.counters[sid].encode() + rb"\d+")
+        w = self.attach(sid, "--read-only", separate_stderr=True,
+                        job='"$@"; echo "stopped-with-$?"; read line; fg')
+        w.expect(line, what="the watcher's first output")
+        pid = self.host.main_pid()
+        wait_for(lambda: _holds(pid, w.tty), 15, f"the host to write the watcher's {w.tty}")
+        client = wait_for(lambda: _descendant(w.proc.pid, PYTHON), 15, "the watcher's pid")
+        wait_for(lambda: _catches(client, signal.SIGTSTP), 15, "the watcher to catch SIGTSTP")
+        os.kill(client, signal.SIGTSTP)
+        w.expect(b"stopped-with-148", what="the watcher's shell to see it stopped")
+        wait_for(lambda: not _holds(pid, w.tty), 15, f"the host to let {w.tty} go")
+        tail = self.host.backlog(sid)[-256:]  # (the ring may be full: its end moves on)
+        wait_for(lambda: self.host.backlog(sid)[-256:] != tail, 15,
+                 f"session {sid}'s output while its watcher is stopped")
+        w._read(0)
+        assert not line.search(w.out, w.pos), "output reached a stopped watcher's terminal"
+        w.type(b"\n")  # `read line`, then `fg`
+        w.expect(b"\x1bc", what="the watcher's reattach after `fg`")
+        w.expect(line, what="the watcher's output after `fg`")
+        os.close(w.master)  # its window closes: the watcher and its shell end
+        w.master = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)  # closed by w.close()
+        wait_for(lambda: w.proc.poll() is not None, 15, "the watcher's shell to end")
+
     def spawn_cut(self) -> None:
         before = set(self.host.ps())
         throw = self.counts.get("spawn-cut", 0)
@@ -697,7 +725,8 @@ class Soak:
               "service-flood": self.service_flood, "reboot": self.reboot,
               "power-cut": self.power_cut, "journal-stall": self.journal_stall,
               "long-listing": self.long_listing, "spawn-cut": self.spawn_cut,
-              "terminal-hangup": self.terminal_hangup}
+              "terminal-hangup": self.terminal_hangup,
+              "client-suspend": self.client_suspend}
         if self.host.scope == "user":
             ev["user-manager-reexec"] = self.user_manager_reexec
         else:  # the web view has system units only
