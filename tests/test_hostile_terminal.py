@@ -57,7 +57,6 @@ class Opens:
         os.close(self.fd)
 
 
-
 class _Client:
     """A protocol client of its own, reading what it is sent into ``messages``."""
 
@@ -106,7 +105,6 @@ def _terminal(host) -> tuple[int, int]:
     master, slave = os.openpty()
     os.fchown(slave, host.uid, -1)
     return master, slave
-
 
 
 def test_another_users_terminal_is_never_opened(system_host):  # noqa: F811
