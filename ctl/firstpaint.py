@@ -71,6 +71,7 @@ class Opened:
         self.suspend = False  # a SIGTSTP came meanwhile (attach.py suspends once loaded)
         self.taken = False
         self.written = False  # the host writes the terminal (Attached.terminal)
+        self.attached = None  # the Attached, decoded once (attach.py's _adopt takes it)
 
 
 _opened: Opened | None = None
@@ -204,8 +205,9 @@ def _read_until_repaint(opened: Opened, want_history: bool) -> bool:
         history = kinds[2:3] == [P.SnapshotData.KIND]  # an older host sends none
         if len(kinds) > 2 + history:
             return True
-        if len(kinds) >= 2 and not opened.written:
-            opened.written = bool(P.decode(*frames[1]).terminal)
+        if len(kinds) >= 2 and opened.attached is None:
+            opened.attached = P.decode(*frames[1])
+            opened.written = bool(opened.attached.terminal)
         if opened.written and (history or not want_history):
             return True  # the host writes the repaint, once told (TerminalReady)
         if history:

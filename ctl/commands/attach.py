@@ -434,7 +434,10 @@ def _adopt(opened: firstpaint.Opened) -> tuple[Client, protocol.Attached]:
     """The connection firstpaint.py made, as a Client, and its Attached; what it drew is
     not shown again, and what came after that is pending."""
     try:
-        messages = [protocol.decode(kind, payload) for kind, payload in opened.frames]
+        # The Attached was decoded when it came (firstpaint's _read_until_repaint).
+        messages = [opened.attached if i == 1 and opened.attached is not None
+                    else protocol.decode(kind, payload)
+                    for i, (kind, payload) in enumerate(opened.frames)]
     except protocol.ProtocolError as exc:
         raise ClientError(f"invalid data from the PTY host: {exc}") from None
     welcome, attached = messages[:2]
