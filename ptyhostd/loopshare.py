@@ -1,4 +1,5 @@
-"""The loop's share of time for renders made in place, without a hop to the screen pool.
+"""The loop's share of time for model work done in place, without a hop to the screen
+pool: small renders (RENDERS) and a flood's reads fed to its model (FEEDS).
 
 A snapshot of a model that has every byte already is a read of it: for a small screen,
 tens to hundreds of microseconds of ghostty's C (session.py, INLINE_RENDER_CELLS).
@@ -48,3 +49,8 @@ class LoopShare:
 # Renders on the loop: at most 5 % of its time, 2 ms at once (one made there costs
 # less than 0.5 ms, or a few ms once when its screen turned costly: session.py).
 RENDERS = LoopShare(share=0.05, burst=0.002)
+# A flood's reads fed to its model on the loop (session.INLINE_FEED_ASCII): at most half
+# of its time, 4 ms at once.  One flood of text takes ~30 % (its parse, ~0.2-0.4 ms a
+# 64 KiB read); past the share, as with several floods at once, reads go to the screen
+# pool as before, where the second core parses them.
+FEEDS = LoopShare(share=0.5, burst=0.004)

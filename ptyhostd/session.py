@@ -34,7 +34,7 @@ from clowder_common import events
 from . import engine, pty, screenmemory
 from .fd import Fd
 from .keystrokes import KEYSTROKES, TYPING_WAKE_BYTES
-from .loopshare import RENDERS
+from .loopshare import FEEDS, RENDERS
 from .inputqueue import InputQueue
 from .ring import Ring
 
@@ -118,16 +118,33 @@ COMPACT_AFTER = 0.5
 # linear in its bytes (no such sequence can make a few bytes touch the whole screen):
 # ghostty parses text at 49 MB/s or more here, so at most ~80 us on the loop.
 INLINE_FEED = 4096
-# The bytes that may be fed inline: printable ASCII, UTF-8's bytes, CR, LF, BS and TAB.
+# A whole wake's read (a flood's: up to WAKE_BYTES and a read) is fed on the loop too
+# when it is ASCII text and such sequences, while the loop's share for it allows
+# (loopshare.FEEDS).  In the screen pool a flood's model cost more than its parsing:
+# with ghostty's call replaced by a sleep as long, `cat` ran as slowly and another
+# session's echo beside it was as slow as with the model (1.05 against 1.07 ms p50,
+# against 0.68 with no model at all): the pool's threads and the loop handing the GIL
+# back and forth, not the parse.  On the loop it costs its parse, ~3-6 ns a byte
+# (docs/design.md "A flood's model on the loop").  ASCII only: UTF-8's combining marks
+# and clusters cost ghostty more than their length on one cell.
+INLINE_FEED_ASCII = WAKE_BYTES + 4096
+# ... with at most this many line feeds: each may scroll a row, ~0.35 us at 200 columns
+# and 0.7 at 1,000 here, so 64 KiB of nothing else cost ghostty 23-48 ms.  Text of
+# ~75 columns has ~900 in 64 KiB; 2,048 cost at most ~1.5 ms.
+INLINE_LINES = 2048
+# The bytes that may be fed inline: printable ASCII, UTF-8's bytes, CR, LF, BS and TAB;
+# a read over INLINE_FEED, ASCII's alone.
 _PLAIN = bytes(range(0x20, 0x7f)) + bytes(range(0x80, 0x100)) + b"\r\n\b\t"
+_ASCII = bytes(range(0x20, 0x7f)) + b"\r\n\b\t"
 # ... and the whole sequences: what is left once they are taken out must be plain.
 # (Not CSI J, scrolls, insertions or repeats, DECALN, nor other modes: their cost is
 # the screen's, or they reshape it.)
 _CHEAP = re.compile(rb"\x1b\[[0-9;:]{0,32}[mKHfABCDGd]|\x1b\[\?(?:25|2026)[hl]")
 # An erase in line clears a row (up to 1,000 cells): a read of nothing else would make
-# 4 KiB clear a million cells on the loop.  Reads whose "K"s (counted as erases, text's
-# own too) could clear more than this many cells go to the pool.
+# 4 KiB clear a million cells on the loop.  Reads whose erases could clear more than
+# this many cells go to the pool.
 INLINE_CELLS = 32 * 1024
+_ERASE_IN_LINE = re.compile(rb"\x1b\[[0-9;:]{0,32}K")
 # And each EL to the right costs ghostty's adapter a look at the cursor (~2 us: its
 # wrap, GhosttyScreen._past_wrapped_erases): reads with more go to the pool.
 INLINE_ERASES = 32
@@ -145,12 +162,16 @@ INLINE_RENDER_SECONDS = 0.0005
 
 def cheap_output(data: bytes, cols: int) -> bool:
     """True if feeding ``data`` to a model of ``cols`` columns in its ground state costs
-    about its length and leaves the parser in its ground state (see INLINE_FEED)."""
-    if not data.translate(None, _PLAIN):
+    about its length and leaves the parser in its ground state (see INLINE_FEED; over
+    it, ASCII only: INLINE_FEED_ASCII)."""
+    plain = _PLAIN if len(data) <= INLINE_FEED else _ASCII
+    if plain is _ASCII and data.count(b"\n") > INLINE_LINES:
+        return False
+    if not data.translate(None, plain):
         return True
-    return data.count(b"K") * cols <= INLINE_CELLS \
+    return len(_ERASE_IN_LINE.findall(data)) * cols <= INLINE_CELLS \
         and data.count(b"\x1b[K") + data.count(b"\x1b[0K") <= INLINE_ERASES \
-        and not _CHEAP.sub(b"", data).translate(None, _PLAIN)
+        and not _CHEAP.sub(b"", data).translate(None, plain)
 
 
 # A terminal client this far behind is repainted rather than sent what it missed.
@@ -630,7 +651,7 @@ class Session:
             if self.events is not None:
                 self.events.output(data)  # busy/idle, bells, notifications
         if got and self._loop is not None and engine.follows_output():
-            if got <= INLINE_FEED and self._feed_inline(start, data):
+            if got <= INLINE_FEED_ASCII and self._feed_inline(start, got, data):
                 return
             if self._following is None:
                 self._compact_due = math.inf  # _follow re-arms it when it is done
@@ -639,14 +660,16 @@ class Session:
                 self._pause_reading()
                 self._model_paused = True  # until the model is within half of it
 
-    def _feed_inline(self, start: int, data: Optional[bytes]) -> bool:
-        """Feed the model the read at ``start`` here, on the loop, if it is small plain
-        text that cannot cost more than its length (INLINE_FEED); False: it goes to the
-        screen pool as any other output."""
+    def _feed_inline(self, start: int, got: int, data: Optional[bytes]) -> bool:
+        """Feed the model the read of ``got`` bytes at ``start`` here, on the loop, if it
+        is text that cannot cost more than its length (INLINE_FEED; a bigger one, ASCII,
+        while the loop's share allows: INLINE_FEED_ASCII); False: it goes to the screen
+        pool as any other output."""
         screen = self.screen
+        big = got > INLINE_FEED
         if screen is None or self._following is not None or self.screen_pos != start \
                 or self._resizes or self._screen_lock.locked() \
-                or screenmemory.misfit(screen):
+                or screenmemory.misfit(screen) or (big and not FEEDS.allows()):
             return False  # the pool's path: it also trims to a new scrollback share
         if data is None:
             data = self.ring.read(start, self.ring.head)
@@ -660,7 +683,10 @@ class Session:
             if screen.pending:
                 return False
             self._ground = True
+        began = time.perf_counter() if big else 0.0
         screen.feed(data)
+        if big:
+            FEEDS.spent(time.perf_counter() - began)
         self.screen_pos = start + len(data)
         self._compact_later()
         return True

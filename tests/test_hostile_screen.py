@@ -58,6 +58,10 @@ BOMBS = {
     # its OSC 8 (screen_ghostty.hyperlinks; ghostty keeps ~1,660 a page of its memory).
     "hyperlinks": b"\x1b]8;;https://a.example/" + b"a" * 40 + b"\x1b\\X"
                   b"\x1b]8;id=2;https://b.example/\x1b\\Y",
+    # ASCII, as a flood's reads fed on the loop are (session.INLINE_FEED_ASCII), but each
+    # a scroll: 64 KiB of them cost ghostty 23-48 ms, so they go to the pool
+    # (session.INLINE_LINES).
+    "line-feeds": b"\n",
 }
 # Bombs that are one long piece rather than a repeated unit: (head, byte, count, tail).
 LONG = {
