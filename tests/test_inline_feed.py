@@ -7,7 +7,6 @@ returns and no feeding task was started; in the pool, a task follows the output.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from ptyhostd import session as session_mod
 from ptyhostd.ring import Ring
 from ptyhostd.session import (INLINE_FEED, INLINE_FEED_ASCII, INLINE_LINES, Session,
                               cheap_output)
+from test_inline_render import Clock  # time as session.py sees it, moved by the test
 
 pytestmark = pytest.mark.skipif(engine._pyghostty_where() is None,
                                 reason="pyghostty not installed")
@@ -25,27 +25,13 @@ TEXT = b"".join(b"%05d the quick brown fox jumps over the lazy dog, KEY=%d, ok\r
                for i in range(3000))
 
 
-class Clock:
-    """``time`` as session.py sees it, with a perf_counter that only a feed moves (by
-    ``cost``: what ``_feed_inline`` then spends of the share)."""
-
-    def __init__(self):
-        self.now, self.cost = 1000.0, 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def __getattr__(self, name):
-        return getattr(time, name)
-
-
 @pytest.fixture
 def fed(monkeypatch):
     """``feed(reads, cost)``: a 200x50 session with a current model is given each read
     as a wake of its pty would; returns where each went ("loop" or "pool") and the
     model's text at the end, once everything was fed."""
     monkeypatch.setattr(engine, "chosen", "ghostty")
-    clock = Clock()
+    clock = Clock()  # only a feed moves it, by ``cost``: what _feed_inline then spends
     monkeypatch.setattr(session_mod, "time", clock)
     monkeypatch.setattr(session_mod, "FEEDS",
                         loopshare.LoopShare(0.5, 0.004, clock=clock.perf_counter))
