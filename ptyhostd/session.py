@@ -36,7 +36,7 @@ from .fd import Fd
 from .keystrokes import KEYSTROKES, TYPING_WAKE_BYTES
 from .loopshare import FEEDS, RENDERS
 from .inputqueue import InputQueue
-from .ring import Ring
+from .ring import READ_SIZE, Ring
 
 if TYPE_CHECKING:
     from .pidwatch import PidWatch
@@ -127,15 +127,15 @@ INLINE_FEED = 4096
 # back and forth, not the parse.  On the loop it costs its parse, ~3-6 ns a byte
 # (docs/design.md "A flood's model on the loop").  ASCII only: UTF-8's combining marks
 # and clusters cost ghostty more than their length on one cell.
-INLINE_FEED_ASCII = WAKE_BYTES + 4096
+INLINE_FEED_ASCII = WAKE_BYTES + READ_SIZE
 # ... with at most this many line feeds: each may scroll a row, ~0.35 us at 200 columns
 # and 0.7 at 1,000 here, so 64 KiB of nothing else cost ghostty 23-48 ms.  Text of
 # ~75 columns has ~900 in 64 KiB; 2,048 cost at most ~1.5 ms.
 INLINE_LINES = 2048
 # The bytes that may be fed inline: printable ASCII, UTF-8's bytes, CR, LF, BS and TAB;
 # a read over INLINE_FEED, ASCII's alone.
-_PLAIN = bytes(range(0x20, 0x7f)) + bytes(range(0x80, 0x100)) + b"\r\n\b\t"
 _ASCII = bytes(range(0x20, 0x7f)) + b"\r\n\b\t"
+_PLAIN = _ASCII + bytes(range(0x80, 0x100))
 # ... and the whole sequences: what is left once they are taken out must be plain.
 # (Not CSI J, scrolls, insertions or repeats, DECALN, nor other modes: their cost is
 # the screen's, or they reshape it.)
