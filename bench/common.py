@@ -298,14 +298,23 @@ def percentile(values, q: float) -> float | None:
 
 
 def cpu_seconds(pids) -> float:
-    """CPU time (user + system) the live processes ``pids`` have used so far."""
+    """CPU time (user + system) the live processes ``pids`` have used so far, every
+    thread of each: /proc/PID/schedstat alone is the main thread's, which left out the
+    host's screen pool (its model's parsing, until a flood's moved to the loop) and
+    made clowder's relay CPU look smaller than it was.  A thread that ended between two
+    readings takes its time with it (the pool's threads live as long as the host)."""
     total = 0.0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/schedstat") as f:
-                total += int(f.read().split()[0]) / 1e9
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            pass
+            tids = os.listdir(f"/proc/{pid}/task")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0]) / 1e9
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                pass
     return total
 
 
