@@ -62,6 +62,7 @@ from . import (bridge, engine, handoff, inputqueue, pty, recordbudget, screenmem
                screenwork, statedir)
 from .adopt import AFTER_START  # noqa: E402
 from .connection import Connection  # noqa: E402
+from .doorbell import DOORBELL  # noqa: E402
 from .host import Config, Host  # noqa: E402
 from .manifest import SLOTS  # noqa: E402
 from .watchdog import Watchdog, install_wedge_fault  # noqa: E402
@@ -232,6 +233,7 @@ async def _serve(args) -> None:
     # Never closed or unlinked by us: systemd owns the socket and keeps it bound.
     for sock in listeners:
         Listener(loop, sock, lambda: Connection(host))  # lives as the loop's reader
+        DOORBELL.watch(sock.fileno())  # a client connecting: a flood's reads step aside
     stop = asyncio.Event()
     def stopping() -> None:
         host.stop_requested = True  # before the loop runs anything else (handoff checks)

@@ -20,6 +20,7 @@ from clowder_common import __version__
 from clowder_common.peercred import peer_creds
 
 from . import engine, handoff, inputseq, peer, pty, terminal
+from .doorbell import DOORBELL
 from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
 from .host import Host, RequestError
 from .keystrokes import KEYSTROKES
@@ -58,6 +59,7 @@ class Connection(asyncio.Protocol):
         self._queue: asyncio.Queue = asyncio.Queue()
         self._queued_bytes = 0  # of the requests in _queue
         self._worker: Optional[asyncio.Task] = None
+        self._fd = -1  # its socket's, watched by the doorbell while it is read
         self._pauses: set[str] = set()  # why the client is not being read
         # Set while the client reads what we write: the request worker waits on it, so
         # a client that sends requests and never reads their replies stops being served
@@ -70,6 +72,8 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno()
+        DOORBELL.watch(self._fd)  # its requests come before a flood's next read
         self.pid, self.uid, _gid = peer_creds(sock)
         transport.set_write_buffer_limits(high=CLIENT_HIGH_WATER, low=CLIENT_LOW_WATER)
         if self.host.uid != 0 and self.uid not in (0, self.host.uid):
@@ -118,6 +122,7 @@ class Connection(asyncio.Protocol):
         return True  # keep our side open for the answers
 
     def connection_lost(self, exc) -> None:
+        DOORBELL.unwatch(self._fd)  # before asyncio closes the socket
         self.closed = True
         self._detach()
         if self._worker is not None:
@@ -133,6 +138,7 @@ class Connection(asyncio.Protocol):
     def _pause(self, why: str) -> None:
         if not self._pauses and not self.closed:
             self.transport.pause_reading()
+            DOORBELL.unwatch(self._fd)  # unread, it stays readable: no ringing for it
         self._pauses.add(why)
 
     def _resume(self, why: str) -> None:
@@ -140,6 +146,7 @@ class Connection(asyncio.Protocol):
             self._pauses.discard(why)
             if not self._pauses and not self.closed:
                 self.transport.resume_reading()
+                DOORBELL.watch(self._fd)
 
     def pause_input(self) -> None:
         """A session's input queue is full with what we sent: stop reading us."""

@@ -32,6 +32,7 @@ from clowder_wire.jsonpart import dumps_acyclic
 from clowder_common import events
 
 from . import engine, pty, screenmemory
+from .doorbell import DOORBELL, WAKE_YIELD
 from .fd import Fd
 from .keystrokes import KEYSTROKES, TYPING_WAKE_BYTES
 from .loopshare import FEEDS, RENDERS
@@ -621,6 +622,9 @@ class Session:
                 # worker: the loop is theirs as soon as the pty is empty (docs/design.md
                 # "No waiting beside typing").
                 if i and typing and not pty.held(fd):
+                    break
+                # A client at the door (doorbell.py): the loop is theirs first.
+                if i and time.monotonic() - now > WAKE_YIELD and DOORBELL.rung():
                     break
                 if not ring.fill_from(fd) or ring.head - start >= room:
                     break
