@@ -28,31 +28,38 @@ WAKE_YIELD = 0.0005
 
 class Doorbell:
     """An epoll of the sockets a client can be waiting on (level-triggered: ringing
-    consumes nothing, the loop's own epoll still reads them)."""
+    consumes nothing, the loop's own epoll still reads them).  It keeps no list of its
+    own: a socket closed while watched leaves the epoll by itself, and a list could
+    outlive it and take its number for the next socket's."""
 
     def __init__(self) -> None:
         self._epoll = select.epoll()  # close-on-exec (a hand-off's exec drops it)
-        self._fds: set[int] = set()
 
     def watch(self, fd: int) -> None:
         """Ring while ``fd`` is readable (a connection to accept, a request to read)."""
-        if fd not in self._fds:
+        try:
             self._epoll.register(fd, select.EPOLLIN)
-            self._fds.add(fd)
+        except FileExistsError:
+            pass  # watched already
 
     def unwatch(self, fd: int) -> None:
-        """Stop watching ``fd``; before it is closed (a closed fd leaves the epoll by
-        itself, but its number may be taken by the next socket)."""
-        if fd in self._fds:
-            self._fds.discard(fd)
-            try:
-                self._epoll.unregister(fd)
-            except OSError:
-                pass  # closed already: the kernel dropped it
+        """Stop watching ``fd``, while it is still open (after its close the number may
+        be the next socket's); -1, none (a connection that was never made), is nothing."""
+        if fd < 0:
+            return
+        try:
+            self._epoll.unregister(fd)
+        except OSError:
+            pass  # not watched (ENOENT), or closed already (EBADF): nothing to drop
+
+    def watched(self) -> int:
+        """How many fds it watches (the kernel's count, from /proc: for the tests)."""
+        with open(f"/proc/self/fdinfo/{self._epoll.fileno()}") as f:
+            return sum(line.startswith("tfd:") for line in f)
 
     def rung(self) -> bool:
         """Whether a watched socket has something for the loop now."""
-        return bool(self._fds) and bool(self._epoll.poll(0, 1))
+        return bool(self._epoll.poll(0, 1))
 
 
 # One for the host: the listeners and connections watch, the sessions' pumps ring.

@@ -26,9 +26,11 @@ def test_it_rings_while_a_watched_socket_is_readable():
     assert not bell.rung(), "rang with nothing watched"
     a, b = socket.socketpair()
     c, d = socket.socketpair()
+    e = None
     try:
         bell.watch(a.fileno())
         bell.watch(a.fileno())  # twice: still one watch
+        assert bell.watched() == 1
         assert not bell.rung(), "rang with nothing to read"
         d.send(b"x")
         assert not bell.rung(), "rang for a socket it does not watch"
@@ -40,13 +42,24 @@ def test_it_rings_while_a_watched_socket_is_readable():
         bell.unwatch(a.fileno())
         bell.unwatch(a.fileno())  # twice: no error
         assert not bell.rung(), "rang for an unwatched socket"
+        assert bell.watched() == 0
         bell.watch(c.fileno())
+        gone = c.fileno()
         c.close()  # closed while watched: the kernel drops it from the epoll
+        assert bell.watched() == 0, "a closed socket is still in the epoll"
+        bell.unwatch(gone)  # closed: no error
         bell.unwatch(d.fileno())  # never watched: no error
-        assert not bell.rung()
+        bell.unwatch(-1)
+        c, e = socket.socketpair()  # may take the closed one's number: watched afresh
+        bell.watch(c.fileno())
+        assert bell.watched() == 1 and not bell.rung()
+        e.send(b"x")
+        assert bell.rung(), "a socket watched after a closed one did not ring"
     finally:
         for s in (a, b, c, d):
             s.close()
+        if e is not None:
+            e.close()
 
 
 def test_a_connection_is_watched_while_it_is_read(monkeypatch):
@@ -59,10 +72,12 @@ def test_a_connection_is_watched_while_it_is_read(monkeypatch):
         conn = connection.Connection(host)
         await asyncio.get_running_loop().connect_accepted_socket(lambda: conn, ours)
         try:
+            assert bell.watched() == 1, "a new connection is not watched"
             theirs.send(b"\0")  # the start of a frame: the loop has not read it yet
             assert bell.rung(), "a connection with bytes to read did not ring"
             conn._pause("requests")
-            assert not bell.rung(), "a connection that is not read rang"
+            assert not bell.rung() and bell.watched() == 0, \
+                "a connection that is not read rang"
             conn._resume("requests")
             assert bell.rung(), "a connection read again did not ring"
         finally:
@@ -72,7 +87,7 @@ def test_a_connection_is_watched_while_it_is_read(monkeypatch):
                 break
             await asyncio.sleep(0)
         assert conn.closed, "the connection was not lost within 100 turns"
-        assert not bell._fds, "a lost connection is still watched"
+        assert bell.watched() == 0, "a lost connection is still watched"
         theirs.close()
 
     asyncio.run(main())
