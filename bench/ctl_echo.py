@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 
 import clowder
 import fig_echo
 from common import cpu_seconds, median, percentile
-from handoff_dark import use
+from handoff_dark import in_turn, tree_args
 
 
 def one(peer, keys: int, rng: random.Random) -> tuple[list[float], float, float]:
@@ -48,22 +47,18 @@ def one(peer, keys: int, rng: random.Random) -> tuple[list[float], float, float]
 
 
 def main() -> None:
-    srcs = sys.argv[1].split(",")
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-    keys = int(sys.argv[3]) if len(sys.argv) > 3 else 300
+    srcs, rounds, keys = tree_args(4, 300)
     rng = random.Random(1)
     passes: dict[tuple[str, str], list[float]] = {}
-    for r in range(rounds):
-        for src in srcs[r % len(srcs):] + srcs[:r % len(srcs)]:
-            use(src)
-            tree = os.path.basename(src.rstrip("/"))
-            for peer in (clowder.ClowderCtlPeer(src), clowder.ClowderPeer()):
-                lat, host, client = one(peer, keys, rng)
-                peer.reset()
-                passes.setdefault((tree, peer.name), []).append(median(lat))
-                print(f"{tree} {peer.name}: echo p50 {median(lat) * 1e3:.3f} p99 "
-                      f"{percentile(lat, 99) * 1e3:.3f} ms; host {host * 1e6:.0f} us, "
-                      f"client {client * 1e6:.0f} us a key", flush=True)
+    for _round, src in in_turn(srcs, rounds):
+        tree = os.path.basename(src.rstrip("/"))
+        for peer in (clowder.ClowderCtlPeer(src), clowder.ClowderPeer()):
+            lat, host, client = one(peer, keys, rng)
+            peer.reset()
+            passes.setdefault((tree, peer.name), []).append(median(lat))
+            print(f"{tree} {peer.name}: echo p50 {median(lat) * 1e3:.3f} p99 "
+                  f"{percentile(lat, 99) * 1e3:.3f} ms; host {host * 1e6:.0f} us, "
+                  f"client {client * 1e6:.0f} us a key", flush=True)
     print("\np50 of each pass, ms:", flush=True)
     for (tree, name), p50s in sorted(passes.items()):
         print(f"{tree:20} {name:12} {' '.join(f'{x * 1e3:.3f}' for x in p50s)}  "

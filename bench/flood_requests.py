@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 
 import clowder
@@ -25,7 +24,7 @@ import fig_repaint
 import fig_snapshot
 import fig_throughput
 from common import median, percentile
-from handoff_dark import use
+from handoff_dark import in_turn, tree_args
 
 
 def one_tree(path: str, samples: int, rng: random.Random) -> dict[str, list[float]]:
@@ -58,19 +57,15 @@ def _line(values: list[float]) -> str:
 
 
 def main() -> None:
-    srcs = sys.argv[1].split(",")
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-    samples = int(sys.argv[3]) if len(sys.argv) > 3 else 150
+    srcs, rounds, samples = tree_args(4, 150)
     path = fig_throughput.make_file(20_000_000)
     rng = random.Random(1)
     res: dict[tuple, list[float]] = {}
-    for r in range(rounds):
-        for src in srcs[r % len(srcs):] + srcs[:r % len(srcs)]:
-            use(src)
-            name = os.path.basename(src)
-            for kind, values in one_tree(path, samples, rng).items():
-                res.setdefault((name, kind), []).extend(values)
-                print(f"{name} {kind}: {_line(values)}", flush=True)
+    for _round, src in in_turn(srcs, rounds):
+        name = os.path.basename(src)
+        for kind, values in one_tree(path, samples, rng).items():
+            res.setdefault((name, kind), []).extend(values)
+            print(f"{name} {kind}: {_line(values)}", flush=True)
     for (name, kind), values in sorted(res.items()):
         print(f"== {name:12} {kind:8} {_line(values)} (n={len(values)})", flush=True)
 

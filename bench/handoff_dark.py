@@ -44,6 +44,23 @@ def use(src: str) -> None:
         clowder.start_host()
 
 
+def tree_args(rounds: int, third: int) -> tuple[list[str], int, int]:
+    """The tree tools' command line, TREE_A,TREE_B [ROUNDS [N]], with these defaults."""
+    argv = sys.argv
+    return (argv[1].split(","), int(argv[2]) if len(argv) > 2 else rounds,
+            int(argv[3]) if len(argv) > 3 else third)
+
+
+def in_turn(srcs: list[str], rounds: int):
+    """(round, tree) for ``rounds`` rounds of every tree in turn, the first one rotating
+    each round so a loaded machine weighs on all alike; the host is switched to each
+    tree (use) before it is given."""
+    for r in range(rounds):
+        for src in srcs[r % len(srcs):] + srcs[:r % len(srcs)]:
+            use(src)
+            yield r, src
+
+
 def main() -> None:
     srcs = sys.argv[1].split(",")
     counts = [int(x) for x in sys.argv[2].split(",")]

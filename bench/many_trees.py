@@ -15,36 +15,31 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 
 import clowder
 import common
 import fig_echo
 import fig_throughput
 from common import median, percentile
-from handoff_dark import use
+from handoff_dark import in_turn, tree_args
 
 
 def main() -> None:
-    srcs = sys.argv[1].split(",")
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    samples = int(sys.argv[3]) if len(sys.argv) > 3 else 300
+    srcs, rounds, samples = tree_args(2, 300)
     path = fig_throughput.make_file(100_000_000)
     rng = random.Random(5)
     loads = {"scale": (fig_echo.paced_argv(fig_echo.SCALE_RATE), fig_echo.SCALE_SESSIONS),
              "crowd": (common.flood_argv(path), fig_echo.CROWD_SESSIONS)}
     pooled: dict[tuple, list[float]] = {}
-    for r in range(rounds):
-        for src in srcs[r % len(srcs):] + srcs[:r % len(srcs)]:
-            use(src)
-            name = os.path.basename(src)
-            for load, many in loads.items():
-                share: dict = {}
-                lat = fig_echo.measure(clowder.ClowderPeer(), samples, rng, None, share, many)
-                pooled.setdefault((name, load), []).extend(lat)
-                print(f"{name} {load}: p50 {median(lat) * 1e3:.2f} p99 "
-                      f"{percentile(lat, 99) * 1e3:.2f} max {max(lat) * 1e3:.1f} ms, host cpu "
-                      f"{share.get('server_cpu_share', 0):.2f}", flush=True)
+    for _round, src in in_turn(srcs, rounds):
+        name = os.path.basename(src)
+        for load, many in loads.items():
+            share: dict = {}
+            lat = fig_echo.measure(clowder.ClowderPeer(), samples, rng, None, share, many)
+            pooled.setdefault((name, load), []).extend(lat)
+            print(f"{name} {load}: p50 {median(lat) * 1e3:.2f} p99 "
+                  f"{percentile(lat, 99) * 1e3:.2f} max {max(lat) * 1e3:.1f} ms, host cpu "
+                  f"{share.get('server_cpu_share', 0):.2f}", flush=True)
     for (name, load), lat in sorted(pooled.items()):
         print(f"{name:12} {load:6} p50 {median(lat) * 1e3:.2f} p99 "
               f"{percentile(lat, 99) * 1e3:.2f} max {max(lat) * 1e3:.1f} ms (n={len(lat)})")

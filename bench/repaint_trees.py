@@ -14,28 +14,24 @@ per tree and load with every round's.
 from __future__ import annotations
 
 import os
-import sys
 
 import fig_repaint
 import fig_throughput
 from common import median
-from handoff_dark import use
+from handoff_dark import in_turn, tree_args
 
 
 def main() -> None:
-    srcs = sys.argv[1].split(",")
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 6
-    size = int(sys.argv[3]) * 1_000_000 if len(sys.argv) > 3 else 50_000_000
+    srcs, rounds, mb = tree_args(6, 50)
+    size = mb * 1_000_000
     path = fig_throughput.make_file(size)
     res: dict[tuple, list[float]] = {}
-    for r in range(rounds):
-        for src in srcs[r % len(srcs):] + srcs[:r % len(srcs)]:
-            use(src)
-            name = os.path.basename(src)
-            for load in fig_repaint.LOADS:
-                took = median(fig_repaint.measure("clowder", load, path, 120))
-                res.setdefault((name, load), []).append(took)
-                print(f"{name} {load}: {took * 1e3:.2f} ms", flush=True)
+    for _round, src in in_turn(srcs, rounds):
+        name = os.path.basename(src)
+        for load in fig_repaint.LOADS:
+            took = median(fig_repaint.measure("clowder", load, path, 120))
+            res.setdefault((name, load), []).append(took)
+            print(f"{name} {load}: {took * 1e3:.2f} ms", flush=True)
     for (name, load), values in sorted(res.items()):
         print(f"== {name:12} {load:12} median {median(values) * 1e3:.2f} ms, each "
               f"{[round(v * 1e3, 2) for v in values]}", flush=True)

@@ -12,30 +12,26 @@ no flood, and one right after MB megabytes.  Prints each, then the medians per t
 from __future__ import annotations
 
 import os
-import sys
 
 import fig_snapshot
 import fig_throughput
 from common import median
-from handoff_dark import use
+from handoff_dark import in_turn, tree_args
 
 
 def main() -> None:
-    srcs = sys.argv[1].split(",")
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    size = int(sys.argv[3]) * 1_000_000 if len(sys.argv) > 3 else 20_000_000
+    srcs, rounds, mb = tree_args(5, 20)
+    size = mb * 1_000_000
     path = fig_throughput.make_file(size)
     fig_snapshot.FORMATS["clowder"] = ("text", "ansi")
     res: dict[tuple, list[tuple]] = {}
-    for r in range(rounds):
-        for src in srcs[r % len(srcs):] + srcs[:r % len(srcs)]:
-            use(src)
-            name = os.path.basename(src)
-            for fmt, (idle, first, after) in fig_snapshot.after_flood("clowder", path,
-                                                                      120).items():
-                res.setdefault((name, fmt), []).append((median(idle), first, after))
-                print(f"{name} {fmt}: idle {median(idle) * 1e3:.2f} first {first * 1e3:.2f} "
-                      f"after {after * 1e3:.2f} ms", flush=True)
+    for _round, src in in_turn(srcs, rounds):
+        name = os.path.basename(src)
+        for fmt, (idle, first, after) in fig_snapshot.after_flood("clowder", path,
+                                                                  120).items():
+            res.setdefault((name, fmt), []).append((median(idle), first, after))
+            print(f"{name} {fmt}: idle {median(idle) * 1e3:.2f} first {first * 1e3:.2f} "
+                  f"after {after * 1e3:.2f} ms", flush=True)
     for (name, fmt), rows in sorted(res.items()):
         print(f"{name:12} {fmt:5} idle {median(x[0] for x in rows) * 1e3:.2f} first "
               f"{median(x[1] for x in rows) * 1e3:.2f} after "

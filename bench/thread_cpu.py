@@ -16,12 +16,11 @@ Used for a flood's model in the screen pool (docs/design.md "A flood's model on 
 from __future__ import annotations
 
 import os
-import sys
 
 import clowder
 import fig_throughput
 from common import median
-from handoff_dark import use
+from handoff_dark import in_turn, tree_args
 
 
 def threads(pid: int) -> dict[str, tuple]:
@@ -47,30 +46,27 @@ def threads(pid: int) -> dict[str, tuple]:
 
 
 def main() -> None:
-    srcs = sys.argv[1].split(",")
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-    size = int(sys.argv[3]) * 1_000_000 if len(sys.argv) > 3 else 50_000_000
+    srcs, rounds, mb = tree_args(4, 50)
+    size = mb * 1_000_000
     path = fig_throughput.make_file(size)
     res: dict[str, list[tuple]] = {}
-    for r in range(rounds):
-        for src in srcs[r % len(srcs):] + srcs[:r % len(srcs)]:
-            use(src)
-            pid = clowder.main_pid()
-            before = threads(pid)
-            m = fig_throughput.measure(clowder.ClowderPeer(), path, size, 120)
-            after = threads(pid)
-            zero = ("", 0.0, 0, 0)
-            diff = {tid: tuple(a - b for a, b in zip(after[tid][1:], before.get(tid, zero)[1:]))
-                    for tid in after}
-            cpu = sum(d[0] for d in diff.values())
-            loop = diff[str(pid)][0]
-            vol = sum(d[1] for d in diff.values())
-            invol = sum(d[2] for d in diff.values())
-            busy = {f"{after[t][0]}:{t}": round(d[0], 3) for t, d in diff.items() if d[0] > 0.005}
-            name = os.path.basename(src)
-            print(f"{name}: {m['mb_s']:.1f} MB/s, host cpu {cpu:.2f} s (loop {loop:.2f}), "
-                  f"switches {vol} voluntary {invol} involuntary; {busy}", flush=True)
-            res.setdefault(name, []).append((m["mb_s"], cpu, loop, vol, invol))
+    for _round, src in in_turn(srcs, rounds):
+        pid = clowder.main_pid()
+        before = threads(pid)
+        m = fig_throughput.measure(clowder.ClowderPeer(), path, size, 120)
+        after = threads(pid)
+        zero = ("", 0.0, 0, 0)
+        diff = {tid: tuple(a - b for a, b in zip(after[tid][1:], before.get(tid, zero)[1:]))
+                for tid in after}
+        cpu = sum(d[0] for d in diff.values())
+        loop = diff[str(pid)][0]
+        vol = sum(d[1] for d in diff.values())
+        invol = sum(d[2] for d in diff.values())
+        busy = {f"{after[t][0]}:{t}": round(d[0], 3) for t, d in diff.items() if d[0] > 0.005}
+        name = os.path.basename(src)
+        print(f"{name}: {m['mb_s']:.1f} MB/s, host cpu {cpu:.2f} s (loop {loop:.2f}), "
+              f"switches {vol} voluntary {invol} involuntary; {busy}", flush=True)
+        res.setdefault(name, []).append((m["mb_s"], cpu, loop, vol, invol))
     for name, rows in res.items():
         med = [median(row[i] for row in rows) for i in range(5)]
         print(f"{name:12} MB/s {med[0]:.1f} host cpu {med[1]:.2f} s (loop {med[2]:.2f}) "
