@@ -241,6 +241,19 @@ def web_flooding_client(kind: str, cookie: str, sid: str) -> _Connections:
     return conns
 
 
+def typed_trace(got: list[str], trace: list[tuple[str, int]]) -> dict:
+    """What to look at when typed lines came back twice or out of order: the lines
+    repeated, the echo around the first line that came back out of order, and the
+    events thrown within 10 lines of typing of it."""
+    nums = [int(t[1:]) for t in got]
+    repeated = sorted({n for n in nums if nums.count(n) > 1})
+    first = next((i for i in range(1, len(nums)) if nums[i] <= nums[i - 1]), None)
+    at = nums[first] if first is not None else (repeated[0] if repeated else 0)
+    return {"repeated": repeated[:20],
+            "echoed_around": nums[max(0, (first or 0) - 6):(first or 0) + 6],
+            "events_near": [(name, typed) for name, typed in trace if abs(typed - at) <= 10]}
+
+
 class Soak:
     """The workload, the events, and what is counted."""
 
@@ -255,6 +268,10 @@ class Soak:
         self.exits: dict[str, int] = {}  # sid -> the code it exits with
         self.long_locks: list[tuple[int, str]] = []  # the long-listing events' locks
         self.typed = 0
+        # (event, lines typed before it): where in the typing each event fell, for a
+        # verdict that finds typed lines repeated or out of order (which lines, beside
+        # which events).
+        self.trace: list[tuple[str, int]] = []
         self.stalled: list[socket.socket] = []  # the client that never reads (start)
         self.floods: list[socket.socket] = []  # hoarders that never read (issue 12)
         self.service_floods: list[socket.socket] = []  # the same, on clowder-control
@@ -762,6 +779,7 @@ class Soak:
             name = self.rng.choice(pending) if len(order) < len(names) and pending \
                 else self.rng.choice(ready)
             order.append(name)
+            self.trace.append((name, self.typed))
             self.type_lines(self.rng.randrange(1, 6))
             time.sleep(self.rng.uniform(0.0, 0.4))  # the random moment
             try:
@@ -807,6 +825,8 @@ class Soak:
         report["typed_missing"] = len(set(want) - set(got))
         report["typed_duplicated"] = len(got) - len(set(got))
         report["typed_out_of_order"] = int(got != sorted(got, key=lambda t: int(t[1:])))
+        if report["typed_duplicated"] or report["typed_out_of_order"]:
+            report["typed_trace"] = typed_trace(got, self.trace)
         bad_pastes = 0
         for sid, path, digest in self.pastes:
             h.ctl("wait", sid, check=False, timeout=60)
