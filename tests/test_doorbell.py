@@ -70,6 +70,13 @@ def test_a_connection_is_watched_while_it_is_read(monkeypatch):
     async def main():
         ours, theirs = socket.socketpair()
         conn = connection.Connection(host)
+        lost = asyncio.Event()
+        keep = conn.connection_lost
+
+        def connection_lost(exc):  # the transport calls it at a later turn of the loop
+            keep(exc)
+            lost.set()
+        conn.connection_lost = connection_lost
         await asyncio.get_running_loop().connect_accepted_socket(lambda: conn, ours)
         try:
             assert bell.watched() == 1, "a new connection is not watched"
@@ -82,11 +89,11 @@ def test_a_connection_is_watched_while_it_is_read(monkeypatch):
             assert bell.rung(), "a connection read again did not ring"
         finally:
             conn.transport.close()
-        for _ in range(100):  # connection_lost comes at a later turn of the loop
-            if conn.closed:
-                break
-            await asyncio.sleep(0)
-        assert conn.closed, "the connection was not lost within 100 turns"
+        try:
+            await asyncio.wait_for(lost.wait(), timeout=10)
+        except asyncio.TimeoutError:
+            raise AssertionError("the closed connection was not lost within 10 s") from None
+        assert conn.closed
         assert bell.watched() == 0, "a lost connection is still watched"
         theirs.close()
 
