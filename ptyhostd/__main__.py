@@ -58,7 +58,7 @@ from clowder_common.log import add_argument as add_log_level  # noqa: E402
 from clowder_common.log import parse_level  # noqa: E402
 from clowder_common.log import setup as setup_logging  # noqa: E402
 
-from . import (bridge, engine, handoff, inputqueue, pty, recordbudget, screenmemory,  # noqa: E402
+from . import (bridge, engine, handoff, inputqueue, recordbudget, screenmemory,  # noqa: E402
                screenwork, statedir)
 from .adopt import AFTER_START  # noqa: E402
 from .connection import Connection  # noqa: E402
@@ -295,7 +295,7 @@ async def _after_the_clients(host: Host) -> None:
     while (now := time.monotonic()) < latest and now - host.last_request < QUIET:
         await asyncio.sleep(min(QUIET - (now - host.last_request), latest - now))
     gc.unfreeze()  # the start's objects are collected again, as any (see the top)
-    pty.load_held_write()  # ctypes, for the input's writes (pty.write_some)
+    host.input_seq.ready_to_send()  # ctypes, for the input's writes (inputseq.py)
     host.manager.link_now()
     await screenwork.run(engine.preload)
 

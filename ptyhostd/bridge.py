@@ -143,6 +143,9 @@ def fork(plan: Plan) -> Optional[Child]:
     if not plan.clients:
         return None
     prctl = _prctl()  # looked up before the fork: the child loads nothing
+    for c in plan.clients:
+        if c.token is not None:
+            c.token.table.ready_to_send()  # sendfile and the table's address, likewise
     parent = os.getpid()
     gate_r, gate_w = os.pipe()  # both close-on-exec: the exec closes ours
     try:
@@ -367,9 +370,9 @@ class _Bridge:
     def _write_input(self, feed: _Feed) -> None:
         while feed.pending:
             item = feed.pending[0]
-            n = write_some(feed.fd, item[0])
-            if n and item[1] is not None:
-                item[1].on_written(n)  # recorded: not resent after the reconnect
+            # Recorded in the same system call: not resent after the reconnect.
+            n = write_some(feed.fd, item[0]) if item[1] is None \
+                else item[1].write(feed.fd, item[0])
             self.moved_in += n
             if n < len(item[0]):
                 item[0] = item[0][n:]

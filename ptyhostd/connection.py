@@ -488,7 +488,7 @@ class Connection(asyncio.Protocol):
                 s.waiters.remove(fut)
 
     def _write_input(self, s: Session, data: bytes, wait: bool = False,
-                     on_written=None) -> Optional[asyncio.Future]:
+                     token=None) -> Optional[asyncio.Future]:
         """Write to the session's pty or queue behind what is queued; with ``wait``, a
         future for when it is written (None: done already), resolved to None or why not."""
         if s.state != "running" or s.master is None:
@@ -503,7 +503,7 @@ class Connection(asyncio.Protocol):
                     fut.set_result(why)
             done = settle
         try:
-            if s.input.write(data, self, done, on_written):
+            if s.input.write(data, self, done, token):
                 return None
         except OSError as exc:
             raise RequestError(f"session {s.id}: writing its input: {exc}", "input-failed")
@@ -606,7 +606,7 @@ class Connection(asyncio.Protocol):
                 else:  # numbered: what the host took before a reattach is not retaken
                     data = tok.take(msg.seq, msg.data)
                     if data:
-                        self._write_input(s, data, on_written=tok.on_written)
+                        self._write_input(s, data, token=tok)
             else:
                 if not pty.valid_size(msg.cols, msg.rows):
                     raise RequestError(pty.size_problem(msg.cols, msg.rows), "bad-request")

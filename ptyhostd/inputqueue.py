@@ -21,9 +21,12 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .pty import write_some
+
+if TYPE_CHECKING:
+    from .inputseq import Token
 
 log = logging.getLogger("ptyhostd")
 
@@ -37,16 +40,22 @@ def configure(limit: int, deadline: float) -> None:
     LIMIT, DEADLINE = limit, deadline
 
 
-class _Item:
-    __slots__ = ("view", "total", "writer", "done", "since", "on_written")
+def _write(fd: int, view, token: Optional[Token]) -> int:
+    return write_some(fd, view) if token is None else token.write(fd, view)
 
-    def __init__(self, view, writer, done, on_written):
+
+class _Item:
+    __slots__ = ("view", "total", "writer", "done", "since", "token")
+
+    def __init__(self, view, writer, done, token):
         self.view = view  # what is still to be written
         self.total = len(view)
         self.writer = writer  # the connection whose reading stops when we are full
         self.done = done  # Send: done(None) once written whole, done(reason) if dropped
         self.since = time.monotonic()
-        self.on_written = on_written  # called with the count of bytes each write took
+        # A client's numbered input: written through its token, which records it in the
+        # same system call (inputseq.py); None: plain writes (Send).
+        self.token = token
 
 
 class InputQueue:
@@ -63,19 +72,17 @@ class InputQueue:
         self._progress = 0.0
 
     def write(self, data: bytes, writer=None, done: Optional[Callable] = None,
-              on_written: Optional[Callable[[int], None]] = None) -> bool:
+              token: Optional[Token] = None) -> bool:
         """Write ``data`` or queue it; True if it was written whole now (``done`` is then
         not called).  Raises OSError if the pty refuses it (not EAGAIN, not EIO)."""
         view = memoryview(data)
         if not self.items:
-            n = write_some(self.session.master.fd, view)
-            if n and on_written is not None:
-                on_written(n)
+            n = _write(self.session.master.fd, view, token)
             if n == len(view):
                 return True
             view = view[n:]
             self._progress = time.monotonic()
-        item = _Item(view, writer, done, on_written)
+        item = _Item(view, writer, done, token)
         self.items.append(item)
         self.queued += len(view)
         if self._loop is None:
@@ -93,13 +100,11 @@ class InputQueue:
         try:
             while self.items:
                 item = self.items[0]
-                n = write_some(fd, item.view)
+                n = _write(fd, item.view, item.token)
                 if n == 0:
                     break
                 self._progress = time.monotonic()
                 self.queued -= n
-                if item.on_written is not None:
-                    item.on_written(n)
                 if n < len(item.view):
                     item.view = item.view[n:]
                     break  # the kernel's buffer is full: wait for writable again

@@ -7,10 +7,16 @@ that reattaches is told it (``Attached.input_seq``) and resends only what follow
 the host skips what it already took (``accepted``, in memory), so keystrokes typed
 while the host died arrive exactly once.
 
-The record is one memfd for the whole host (one FD-store slot, named ``NAME``), mapped
-and updated with a plain store after each write to the pty: no syscall on the keystroke
-path.  The window left: a kill between the pty write and that store (a few
-instructions) makes those bytes be resent, i.e. typed twice.
+The record is one memfd for the whole host (one FD-store slot, named ``NAME``), mapped.
+The bytes and their record move in one system call (``Token.write``): they are put in a
+stage (a memfd of this process, at the stream offset the slot records), and sendfile(2)
+moves them to the pty given the *address* of the slot's offset, which the kernel updates
+itself before the call returns.  A kill -9 lands before the call or after it, never
+between the bytes and their record.  (A write then a store in Python left a window: the
+interpreter may hand the GIL to another thread, or collect garbage, between the two, and
+a kill there made the bytes be typed twice after the restart: the chaos run's typist,
+1-3 lines in some runs; tests/test_input_record.py measured 3 of 60 kills under a busy
+thread.)  Where ctypes cannot load sendfile, the write and the store are separate again.
 
 Layout (little-endian): a 16-byte header (MAGIC, then the slot count as u32), then
 ``SLOTS`` slots of (session id 16 bytes, token 16 bytes, written u64, last use f64).
@@ -20,6 +26,7 @@ by an empty one: clients then get no ``input_seq`` and resend nothing (at most o
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -31,6 +38,8 @@ from typing import Optional
 import clowder_wire as protocol
 
 from . import fdstore
+from .fd import Fd
+from .pty import WRITE_CHUNK, load_staged_write, write_some
 
 log = logging.getLogger("ptyhostd")
 
@@ -62,15 +71,17 @@ class Token:
         self.acked = written  # the last offset the client was told
         self.conn = None  # the connection attached with this token now
 
-    def on_written(self, n: int) -> None:
-        """``n`` more bytes of the stream are in the pty: record it, and now and then
-        tell the client (InputAck), which then drops them."""
-        self.written += n
-        _U64.pack_into(self.table.map, _HEADER.size + self.slot * _SLOT.size + 32,
-                       self.written)
-        if self.written - self.acked >= ACK_EVERY and self.conn is not None:
-            self.acked = self.written
-            self.conn.send(protocol.InputAck(seq=self.written))
+    def write(self, fd: int, data) -> int:
+        """Write to the pty ``fd`` what it takes now of ``data`` (the stream from
+        ``written`` on), recorded in the same system call (see the top); the count
+        written, 0 if the pty is full.  EIO (its program is gone): taken, dropped."""
+        n = self.table.send(fd, self.slot, data)
+        if n:
+            self.written += n
+            if self.written - self.acked >= ACK_EVERY and self.conn is not None:
+                self.acked = self.written
+                self.conn.send(protocol.InputAck(seq=self.written))
+        return n
 
     def take(self, seq: int, data: bytes) -> bytes:
         """What of ``data`` (ending at stream offset ``seq``) is new to the host."""
@@ -79,7 +90,7 @@ class Token:
             # A gap: the host lost its record (e.g. a table refused after a hand-off)
             # and the client numbers on from where it was: follow its numbering.
             self.written = self.accepted = self.acked = start
-            self.on_written(0)
+            _U64.pack_into(self.table.map, _offset(self.slot), start)
         skip = self.accepted - start
         if skip > 0:
             data = data[skip:]  # already written, or queued, before this reattach
@@ -87,10 +98,22 @@ class Token:
         return data
 
 
+def _offset(slot: int) -> int:
+    """Where in the table a slot's ``written`` is."""
+    return _HEADER.size + slot * _SLOT.size + 32
+
+
 class InputSeqTable:
     def __init__(self, fd: int, fresh: bool):
         self.fd = fd
         self.map = mmap.mmap(fd, _SIZE)
+        # Bytes on their way to a pty (Token.write): empty between two writes.  Not
+        # parked: what it held and the pty did not take, the client sends again.
+        self.stage = Fd(os.memfd_create("clowder-inputstage", os.MFD_CLOEXEC),
+                        "input stage")
+        self._address = 0  # of the map, for sendfile (ready_to_send)
+        self._staged = None
+        self._page = None  # the one page the stage may hold, or None: it holds none
         if fresh:
             _HEADER.pack_into(self.map, 0, MAGIC, SLOTS)
         self.index: dict[tuple[str, str], int] = {}
@@ -101,6 +124,48 @@ class InputSeqTable:
                 self.index[(sid.rstrip(b"\0").decode(), token.rstrip(b"\0").decode())] = i
         used = set(self.index.values())
         self.free = [i for i in range(SLOTS - 1, -1, -1) if i not in used]
+
+    def ready_to_send(self) -> bool:
+        """Load the staged write and take the map's address (ctypes: ~4 ms, after the
+        start, and before the hand-off's fork, whose bridge imports nothing); False
+        without them."""
+        if self._staged is None:
+            self._staged = load_staged_write() or False
+            if self._staged:
+                import ctypes
+                self._anchor = ctypes.c_char.from_buffer(self.map)  # the map stays put
+                self._address = ctypes.addressof(self._anchor)
+        return bool(self._staged)
+
+    def send(self, fd: int, slot: int, data) -> int:
+        """Write to the pty ``fd`` what it takes of ``data``, staged at the offset
+        ``slot`` records: the kernel moves that offset on by what the pty took."""
+        chunk = data[:WRITE_CHUNK]
+        chunk = chunk if isinstance(chunk, bytes) else bytes(chunk)
+        at = _offset(slot)
+        if not self.ready_to_send():
+            n = write_some(fd, chunk)
+            if n:  # the old window: a kill between the write and this store types twice
+                _U64.pack_into(self.map, at, _U64.unpack_from(self.map, at)[0] + n)
+            return n
+        written = _U64.unpack_from(self.map, at)[0]
+        # What is staged is dead once the call returns, so the stage may be emptied at
+        # any time; emptying it costs ~5 us (twice a keystroke's write), so one page
+        # that a run of keystrokes fills is kept until a write lands elsewhere.
+        page = written >> 12
+        single = (written + len(chunk) - 1) >> 12 == page
+        empty_first = self._page not in (None, page)
+        self._page = page if single else None
+        try:
+            return self._staged(fd, self.stage.fileno(), chunk, written, self._address + at,
+                                empty_first, not single)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                return 0
+            if exc.errno == errno.EIO:  # the slave is gone: the input has nowhere to go
+                _U64.pack_into(self.map, at, written + len(chunk))
+                return len(chunk)
+            raise
 
     @classmethod
     def start(cls, fds: list[int]) -> "InputSeqTable":
@@ -135,7 +200,7 @@ class InputSeqTable:
         slot = self.index.get(key)
         written = 0
         if slot is not None:
-            written = _U64.unpack_from(self.map, _HEADER.size + slot * _SLOT.size + 32)[0]
+            written = _U64.unpack_from(self.map, _offset(slot))[0]
         else:
             if not self.free:
                 self._evict()

@@ -71,48 +71,64 @@ def held(fd: int) -> int:
 # At most this much of a write's data is copied for write(2) at once (a paste's rest
 # waits in the input queue in any case; the pty takes ~4-64 KiB at a time).
 WRITE_CHUNK = 64 * 1024
-_held_write = None  # libc's write(2), called with the GIL held: see write_some
+_staged = None  # see load_staged_write
 
 
-def load_held_write():
-    """libc's write(2) through ctypes.PyDLL (which keeps the GIL across the call), or
-    os.write where ctypes cannot load it.  Imported after the start (ctypes is ~4 ms):
-    ptyhostd/__main__.py's _after_the_clients, else the first write."""
-    global _held_write
-    if _held_write is None:
+def load_staged_write():
+    """A write whose record the kernel makes, or None where ctypes cannot load libc:
+    ``staged_write(fd, stage, data, offset, address, empty_first, empty_after)`` puts
+    ``data`` in the file ``stage`` at ``offset`` and sendfile(2)s it to ``fd``, passing
+    the offset by its ``address`` (os.sendfile takes it by value), so the kernel itself
+    stores there the offset it reached, in the same system call as the bytes move
+    (inputseq.Token.write); the stage is emptied (ftruncate) before and after as asked.
+    Returns the count the pty took.  libc is called through
+    ctypes.PyDLL, which keeps the GIL: calls that let it go wait for another thread's
+    turn to take it back (the screen pool's: up to the switch interval each)."""
+    global _staged
+    if _staged is None:
         try:
             import ctypes
             libc = ctypes.PyDLL(None, use_errno=True)
-            write = libc.write
-            write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
-            write.restype = ctypes.c_ssize_t
-            get_errno = ctypes.get_errno
-
-            def held(fd: int, data: bytes) -> int:
-                n = write(fd, data, len(data))
-                if n < 0:
-                    err = get_errno()
-                    raise OSError(err, os.strerror(err))
-                return n
-            _held_write = held
+            pwrite, sendfile, ftruncate = libc.pwrite64, libc.sendfile64, libc.ftruncate64
         except (ImportError, OSError, AttributeError):
-            _held_write = os.write
-    return _held_write
+            _staged = False
+            return None
+        pwrite.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int64)
+        pwrite.restype = ctypes.c_ssize_t
+        sendfile.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+        sendfile.restype = ctypes.c_ssize_t
+        ftruncate.argtypes = (ctypes.c_int, ctypes.c_int64)
+        ftruncate.restype = ctypes.c_int
+        get_errno = ctypes.get_errno
+
+        def fail(what: str):
+            err = get_errno()
+            return OSError(err, f"{what}: {os.strerror(err)}")
+
+        def staged_write(fd: int, stage: int, data: bytes, offset: int, address: int,
+                         empty_first: bool, empty_after: bool) -> int:
+            if empty_first:
+                ftruncate(stage, 0)
+            if pwrite(stage, data, len(data), offset) != len(data):
+                raise fail("staging input")
+            try:
+                n = sendfile(fd, stage, address, len(data))
+                if n < 0:
+                    raise fail("sendfile")
+                return n
+            finally:
+                if empty_after:
+                    ftruncate(stage, 0)
+        _staged = staged_write
+    return _staged or None
 
 
 def write_some(fd: int, data: bytes) -> int:
     """Write what the pty accepts now without blocking; returns the count written.
-
-    Without releasing the GIL: the caller records what reached the pty right after
-    (inputseq.Token.on_written), and os.write, which releases it, could wait there for
-    another thread's turn (the screen pool's, the manifest writer's: up to the switch
-    interval, longer on a loaded machine) with the bytes in the pty and not recorded. A
-    kill -9 in that wait made them be typed twice after the restart (the chaos run's
-    typist, under load, on 5c16bee: 1-3 lines in runs of 34-50 kills)."""
+    (A client's numbered input goes through inputseq.Token.write, which records it.)"""
     chunk = data[:WRITE_CHUNK]
     try:
-        return (_held_write or load_held_write())(
-            fd, chunk if isinstance(chunk, bytes) else bytes(chunk))
+        return os.write(fd, chunk)
     except BlockingIOError:
         return 0
     except OSError as exc:

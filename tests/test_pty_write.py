@@ -1,19 +1,12 @@
-"""pty.write_some, the host's only write of input to a pty: libc's write(2) with the GIL
-held (so no other thread's turn falls between the bytes reaching the pty and their
-record, inputseq.Token.on_written), and what it returns in each case the callers
-(inputqueue.py, bridge.py) rely on."""
+"""pty.write_some, the host's write of input that is not numbered (Send; a client's
+numbered input goes through inputseq.Token.write: tests/test_input_record.py), and what
+it returns in each case the callers (inputqueue.py, bridge.py) rely on."""
 
 from __future__ import annotations
 
 import os
 
 from ptyhostd import pty
-
-
-def test_the_write_keeps_the_gil_where_ctypes_loads():
-    write = pty.load_held_write()
-    assert write is not os.write, "ctypes did not load libc's write: the GIL is let go"
-    assert pty.load_held_write() is write  # made once
 
 
 def test_what_write_some_returns():
@@ -31,7 +24,9 @@ def test_what_write_some_returns():
         assert 0 < taken < 100_000
         os.close(slave)
         slave = -1
-        assert pty.write_some(master, b"zz") == 2  # EIO (slave gone): taken, dropped
+        # The slave gone: a master's write does not fail (measured: EAGAIN until the line
+        # is flushed, then taken and dropped; EIO is a read's).
+        assert pty.write_some(master, b"zz") in (0, 2)
     finally:
         os.close(master)
         if slave >= 0:
