@@ -174,3 +174,26 @@ def test_a_full_pty_takes_nothing_and_records_nothing():
         os.close(table_fd)
         if slave >= 0:
             os.close(slave)
+
+
+def test_the_largest_offset_a_client_may_number_is_written_and_recorded():
+    """A client numbers its stream as it likes, up to 2**62 (connection.py refuses more);
+    the stage is a sparse file written at that offset."""
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    os.set_blocking(master, False)
+    table_fd = _table()
+    table = inputseq.InputSeqTable(table_fd, fresh=False)
+    try:
+        assert table.ready_to_send()
+        tok = table.token("s1", "tok1")
+        last = (1 << 62) - 1
+        data = tok.take(last, b"x" * 50)  # a gap: the host follows the client's numbering
+        assert tok.write(master, data) == 50
+        assert _recorded(table_fd) == tok.written == last
+        assert os.read(slave, 100) == b"x" * 50
+        assert os.fstat(table.stage.fd).st_blocks * 512 <= 4096
+    finally:
+        table.stage.close()
+        for fd in (master, slave, table_fd):
+            os.close(fd)

@@ -5,7 +5,8 @@ Against ten sessions printing numbered lines, an agent of clowder-control doing 
 same, a client typing numbered lines through the real ``clowderctl attach``, short
 sessions that exit with known codes, and two clients that never read, for
 CLOWDER_SOAK_SECONDS (default 75 per scope; ``make test-soak`` runs longer) it throws,
-at random moments: host restart, ``kill -9`` of the host, SIGSTOP/SIGCONT of it (and,
+at random moments: host restart, ``kill -9`` of the host (also in the middle of a burst
+of typed lines, while their bytes flow through it), SIGSTOP/SIGCONT of it (and,
 where the unit has a watchdog, a freeze long enough for systemd to replace it),
 ``daemon-reexec``, ``daemon-reload``, a reload hand-off (typed through: the bridge), a
 ``kill -9`` of the host while a hand-off's bridge serves the typist, restart and ``kill -9`` of
@@ -342,6 +343,16 @@ class Soak:
 
     def kill9(self) -> None:
         self.host.kill9()
+
+    def typing_kill9(self) -> None:
+        """kill -9 of the host while a burst of typed lines flows through it (the other
+        events type, rest, then act): a line's bytes and their record must not part
+        (ptyhostd/inputseq.py), or the line is typed twice after the restart (ci82)."""
+        pid = self.host.main_pid()
+        self.type_lines(self.rng.randrange(10, 40))
+        self.typist._read(self.rng.uniform(0.0, 0.01))  # the random moment in the flow
+        os.kill(pid, signal.SIGKILL)
+        self.host.wait_ready(pid)
 
     def freeze(self) -> None:
         pid = self.host.main_pid()
@@ -734,6 +745,7 @@ class Soak:
 
     def events(self) -> dict:
         ev = {"restart": self.restart, "kill-9": self.kill9, "sigstop": self.freeze,
+              "typing-kill-9": self.typing_kill9,
               "daemon-reexec": self.reexec, "daemon-reload": self.reload_units,
               "handoff": self.handoff, "handoff-kill-9": self.handoff_kill9,
               "control-restart": self.control_restart,
