@@ -15,8 +15,9 @@ itself before the call returns.  A kill -9 lands before the call or after it, ne
 between the bytes and their record.  (A write then a store in Python left a window: the
 interpreter may hand the GIL to another thread, or collect garbage, between the two, and
 a kill there made the bytes be typed twice after the restart: the chaos run's typist,
-1-3 lines in some runs; tests/test_input_record.py measured 3 of 60 kills under a busy
-thread.)  Where ctypes cannot load sendfile, the write and the store are separate again.
+1-3 lines in some runs; beside two busy threads, 31 of 50 kills in
+tests/test_input_record.py's harness.)  Where ctypes cannot load, the write and the
+store are separate again (docs/design.md, "Input").
 
 Layout (little-endian): a 16-byte header (MAGIC, then the slot count as u32), then
 ``SLOTS`` slots of (session id 16 bytes, token 16 bytes, written u64, last use f64).
@@ -160,8 +161,8 @@ class InputSeqTable:
             return self._staged(fd, self.stage.fileno(), chunk, written, self._address + at,
                                 empty_first, not single)
         except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                return 0
+            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                return 0  # written when the pty is writable again (ctypes does not retry)
             if exc.errno == errno.EIO:  # the slave is gone: the input has nowhere to go
                 _U64.pack_into(self.map, at, written + len(chunk))
                 return len(chunk)
