@@ -115,6 +115,7 @@ class InputSeqTable:
         self._address = 0  # of the map, for sendfile (ready_to_send)
         self._staged = None
         self._page = None  # the one page the stage may hold, or None: it holds none
+        self._overflowed = False  # a stream went past what sendfile records (logged once)
         if fresh:
             _HEADER.pack_into(self.map, 0, MAGIC, SLOTS)
         self.index: dict[tuple[str, str], int] = {}
@@ -145,10 +146,7 @@ class InputSeqTable:
         chunk = chunk if isinstance(chunk, bytes) else bytes(chunk)
         at = _offset(slot)
         if not self.ready_to_send():
-            n = write_some(fd, chunk)
-            if n:  # the old window: a kill between the write and this store types twice
-                _U64.pack_into(self.map, at, _U64.unpack_from(self.map, at)[0] + n)
-            return n
+            return self._write_then_store(fd, chunk, at)
         written = _U64.unpack_from(self.map, at)[0]
         # What is staged is dead once the call returns, so the stage may be emptied at
         # any time; emptying it costs ~5 us (twice a keystroke's write), so one page
@@ -166,7 +164,27 @@ class InputSeqTable:
             if exc.errno == errno.EIO:  # the slave is gone: the input has nowhere to go
                 _U64.pack_into(self.map, at, written + len(chunk))
                 return len(chunk)
+            if exc.errno == errno.EOVERFLOW:
+                # sendfile stops at the smaller file system's largest offset: a master
+                # opened through devpts' ptmx (/dev/ptmx a link to pts/ptmx, as in
+                # containers) takes none past 2 GiB - 1 of a stream.  Past it, the
+                # write and the store are separate.
+                if not self._overflowed:
+                    self._overflowed = True
+                    log.warning("an attach client's input stream is past %d bytes, the "
+                                "most sendfile records on this pty: from there its writes "
+                                "are recorded after them (a kill -9 between the two may "
+                                "type those bytes twice)", written,
+                                extra={"CLOWDER_CAUSE": "inputseq-overflow"})
+                return self._write_then_store(fd, chunk, at)
             raise
+
+    def _write_then_store(self, fd: int, chunk: bytes, at: int) -> int:
+        """The write, then its record: a kill between the two types the bytes twice."""
+        n = write_some(fd, chunk)
+        if n:
+            _U64.pack_into(self.map, at, _U64.unpack_from(self.map, at)[0] + n)
+        return n
 
     @classmethod
     def start(cls, fds: list[int]) -> "InputSeqTable":

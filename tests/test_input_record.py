@@ -8,9 +8,12 @@ Real ptys, real kill -9, the real table and write; the child is this interpreter
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import random
 import select
+import struct
 import subprocess
 import sys
 import threading
@@ -19,7 +22,7 @@ import tty
 
 import pytest
 
-from ptyhostd import inputseq
+from ptyhostd import inputseq, pty
 
 KILLS = 50
 
@@ -178,7 +181,9 @@ def test_a_full_pty_takes_nothing_and_records_nothing():
 
 def test_the_largest_offset_a_client_may_number_is_written_and_recorded():
     """A client numbers its stream as it likes, up to 2**62 (connection.py refuses more);
-    the stage is a sparse file written at that offset."""
+    the stage is a sparse file written at that offset.  A master opened through devpts'
+    ptmx (in the test instance: /dev/ptmx links to pts/ptmx) takes no sendfile past
+    2 GiB - 1 (EOVERFLOW): there the write and its record are separate, and still made."""
     master, slave = os.openpty()
     tty.setraw(slave)
     os.set_blocking(master, False)
@@ -193,6 +198,40 @@ def test_the_largest_offset_a_client_may_number_is_written_and_recorded():
         assert _recorded(table_fd) == tok.written == last
         assert os.read(slave, 100) == b"x" * 50
         assert os.fstat(table.stage.fd).st_blocks * 512 <= 4096
+    finally:
+        table.stage.close()
+        for fd in (master, slave, table_fd):
+            os.close(fd)
+
+
+def test_past_what_sendfile_records_on_a_devpts_master(caplog):
+    """sendfile moves nothing past the smaller file system's largest offset, and devpts'
+    is 2 GiB - 1: a master opened through /dev/pts/ptmx (as /dev/ptmx is in containers)
+    gets EOVERFLOW there.  The write is made and recorded all the same (then separately),
+    and the host says so once."""
+    master = os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    fcntl.ioctl(master, pty.TIOCSPTLCK, struct.pack("i", 0))
+    slave = fcntl.ioctl(master, pty.TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY)
+    tty.setraw(slave)
+    table_fd = _table()
+    table = inputseq.InputSeqTable(table_fd, fresh=False)
+    try:
+        assert table.ready_to_send()
+        tok = table.token("s1", "tok1")
+        before = (1 << 31) - 10
+        data = tok.take(before + 20, b"y" * 20)
+        with caplog.at_level(logging.WARNING, logger="ptyhostd"):
+            taken = 0
+            while taken < 20:  # up to the limit by sendfile, the rest past it
+                n = tok.write(master, data[taken:])
+                assert n > 0, "a write past sendfile's limit took nothing"
+                taken += n
+            assert tok.write(master, b"z") == 1
+        assert _recorded(table_fd) == tok.written == before + 21
+        assert os.read(slave, 100) == b"y" * 20 + b"z"
+        warned = [r for r in caplog.records if getattr(r, "CLOWDER_CAUSE", "") ==
+                  "inputseq-overflow"]
+        assert len(warned) == 1, f"the overflow was logged {len(warned)} times"
     finally:
         table.stage.close()
         for fd in (master, slave, table_fd):
