@@ -8,6 +8,7 @@ Real ptys, real kill -9, the real table and write; the child is this interpreter
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 import tty
+import types
 
 import pytest
 
@@ -146,37 +148,49 @@ def test_the_record_is_what_the_pty_took_at_every_kill():
                        "delivered - recorded bytes")
 
 
-def test_a_full_pty_takes_nothing_and_records_nothing():
-    master, slave = os.openpty()
+@contextlib.contextmanager
+def _typing(devpts: bool = False):
+    """A token of a fresh table and a raw pty (its master non-blocking): a namespace of
+    tok, master, slave, table_fd and table; a descriptor set to -1 is closed already."""
+    if devpts:  # through devpts' own ptmx, as where /dev/ptmx links to pts/ptmx
+        master = os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        fcntl.ioctl(master, pty.TIOCSPTLCK, struct.pack("i", 0))
+        slave = fcntl.ioctl(master, pty.TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY)
+    else:
+        master, slave = os.openpty()
+        os.set_blocking(master, False)
     tty.setraw(slave)
-    os.set_blocking(master, False)
-    table_fd = _table()
-    table = inputseq.InputSeqTable(table_fd, fresh=False)
+    t = types.SimpleNamespace(master=master, slave=slave, table_fd=_table())
+    t.table = inputseq.InputSeqTable(t.table_fd, fresh=False)
     try:
-        assert table.ready_to_send()
-        tok = table.token("s1", "tok1")
+        assert t.table.ready_to_send(), "ctypes did not load the staged write"
+        t.tok = t.table.token("s1", "tok1")
+        yield t
+    finally:
+        t.table.stage.close()
+        for fd in (t.master, t.slave, t.table_fd):
+            if fd >= 0:
+                os.close(fd)
+
+
+def test_a_full_pty_takes_nothing_and_records_nothing():
+    with _typing() as t:
         taken = 0
-        while (n := tok.write(master, b"x" * 100_000)) > 0:
+        while (n := t.tok.write(t.master, b"x" * 100_000)) > 0:
             assert n <= 64 * 1024
             taken += n
         assert 0 < taken < 10_000_000
-        assert tok.write(master, b"y") == 0  # EAGAIN: nothing taken
-        assert _recorded(table_fd) == tok.written == taken
+        assert t.tok.write(t.master, b"y") == 0  # EAGAIN: nothing taken
+        assert _recorded(t.table_fd) == t.tok.written == taken
         # What was staged is dead once sent: the stage keeps at most the one page that a
         # run of keystrokes fills (inputseq.InputSeqTable.send).
-        assert os.fstat(table.stage.fd).st_blocks * 512 <= 4096, "the stage keeps pages"
-        os.close(slave)
-        slave = -1
+        assert os.fstat(t.table.stage.fd).st_blocks * 512 <= 4096, "the stage keeps pages"
+        os.close(t.slave)
+        t.slave = -1
         # The slave gone: a master's write does not fail (measured: EAGAIN until the line
         # is flushed, then taken and dropped); whatever it takes is recorded.
-        n = tok.write(master, b"zz")
-        assert n in (0, 2) and _recorded(table_fd) == tok.written == taken + n
-    finally:
-        table.stage.close()
-        os.close(master)
-        os.close(table_fd)
-        if slave >= 0:
-            os.close(slave)
+        n = t.tok.write(t.master, b"zz")
+        assert n in (0, 2) and _recorded(t.table_fd) == t.tok.written == taken + n
 
 
 def test_the_largest_offset_a_client_may_number_is_written_and_recorded():
@@ -184,24 +198,13 @@ def test_the_largest_offset_a_client_may_number_is_written_and_recorded():
     the stage is a sparse file written at that offset.  A master opened through devpts'
     ptmx (in the test instance: /dev/ptmx links to pts/ptmx) takes no sendfile past
     2 GiB - 1 (EOVERFLOW): there the write and its record are separate, and still made."""
-    master, slave = os.openpty()
-    tty.setraw(slave)
-    os.set_blocking(master, False)
-    table_fd = _table()
-    table = inputseq.InputSeqTable(table_fd, fresh=False)
-    try:
-        assert table.ready_to_send()
-        tok = table.token("s1", "tok1")
+    with _typing() as t:
         last = (1 << 62) - 1
-        data = tok.take(last, b"x" * 50)  # a gap: the host follows the client's numbering
-        assert tok.write(master, data) == 50
-        assert _recorded(table_fd) == tok.written == last
-        assert os.read(slave, 100) == b"x" * 50
-        assert os.fstat(table.stage.fd).st_blocks * 512 <= 4096
-    finally:
-        table.stage.close()
-        for fd in (master, slave, table_fd):
-            os.close(fd)
+        data = t.tok.take(last, b"x" * 50)  # a gap: the host follows the client's numbering
+        assert t.tok.write(t.master, data) == 50
+        assert _recorded(t.table_fd) == t.tok.written == last
+        assert os.read(t.slave, 100) == b"x" * 50
+        assert os.fstat(t.table.stage.fd).st_blocks * 512 <= 4096
 
 
 def test_past_what_sendfile_records_on_a_devpts_master(caplog):
@@ -209,30 +212,18 @@ def test_past_what_sendfile_records_on_a_devpts_master(caplog):
     is 2 GiB - 1: a master opened through /dev/pts/ptmx (as /dev/ptmx is in containers)
     gets EOVERFLOW there.  The write is made and recorded all the same (then separately),
     and the host says so once."""
-    master = os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
-    fcntl.ioctl(master, pty.TIOCSPTLCK, struct.pack("i", 0))
-    slave = fcntl.ioctl(master, pty.TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY)
-    tty.setraw(slave)
-    table_fd = _table()
-    table = inputseq.InputSeqTable(table_fd, fresh=False)
-    try:
-        assert table.ready_to_send()
-        tok = table.token("s1", "tok1")
+    with _typing(devpts=True) as t:
         before = (1 << 31) - 10
-        data = tok.take(before + 20, b"y" * 20)
+        data = t.tok.take(before + 20, b"y" * 20)
         with caplog.at_level(logging.WARNING, logger="ptyhostd"):
             taken = 0
             while taken < 20:  # up to the limit by sendfile, the rest past it
-                n = tok.write(master, data[taken:])
+                n = t.tok.write(t.master, data[taken:])
                 assert n > 0, "a write past sendfile's limit took nothing"
                 taken += n
-            assert tok.write(master, b"z") == 1
-        assert _recorded(table_fd) == tok.written == before + 21
-        assert os.read(slave, 100) == b"y" * 20 + b"z"
+            assert t.tok.write(t.master, b"z") == 1
+        assert _recorded(t.table_fd) == t.tok.written == before + 21
+        assert os.read(t.slave, 100) == b"y" * 20 + b"z"
         warned = [r for r in caplog.records if getattr(r, "CLOWDER_CAUSE", "") ==
                   "inputseq-overflow"]
         assert len(warned) == 1, f"the overflow was logged {len(warned)} times"
-    finally:
-        table.stage.close()
-        for fd in (master, slave, table_fd):
-            os.close(fd)
