@@ -48,6 +48,7 @@ A new failure mode found elsewhere becomes one more entry in EVENTS.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import fcntl
 import hashlib
@@ -247,7 +248,7 @@ def typed_trace(got: list[str], trace: list[tuple[str, int]]) -> dict:
     repeated, the echo around the first line that came back out of order, and the
     events thrown within 10 lines of typing of it."""
     nums = [int(t[1:]) for t in got]
-    repeated = sorted({n for n in nums if nums.count(n) > 1})
+    repeated = sorted(n for n, k in collections.Counter(nums).items() if k > 1)
     first = next((i for i in range(1, len(nums)) if nums[i] <= nums[i - 1]), None)
     at = nums[first] if first is not None else (repeated[0] if repeated else 0)
     return {"repeated": repeated[:20],
