@@ -67,6 +67,14 @@ READ_RETRY = 1.0
 # throughput, but while another session has input the echo waited behind those waits
 # (an 8 KiB wake held the loop ~250 us, docs/design.md "No waiting beside typing").
 # Then a wake's reads after its first are made only if the pty holds bytes already.
+# So are reads after one shorter than SMALL_READ, alone too: after an echo's or a
+# prompt's few bytes the next read of the pty nearly always fails (EAGAIN), and that
+# failed read, its exception and the ring's bookkeeping around it cost ~15 us more of
+# the loop's time a keystroke than FIONREAD in its place (bench/pty_reads.py).  In a
+# flood alone 0.04-1.3 % of reads are that short (the same script), and each such ends
+# its wake early: the loop's epoll brings the rest (docs/design.md "The echo's second
+# read").
+SMALL_READ = 512
 # The most raw output the terminal model parses to catch up (it runs at ~1-2 MB/s, in
 # the screen pool, screenwork.py): past this, it is rebuilt from the newest bytes instead.
 SCREEN_CATCH_UP = 256 * 1024
@@ -616,17 +624,20 @@ class Session:
         # this wake's bytes among those the ring holds (capacity - guard), however small
         # the ring.
         room = min(wake, ring.capacity - 2 * ring.guard)
+        last = READ_SIZE
         try:
             for i in range(READS_PER_WAKE):
                 # While someone types elsewhere, no read that would wait for the kernel's
                 # worker: the loop is theirs as soon as the pty is empty (docs/design.md
-                # "No waiting beside typing").
-                if i and typing and not pty.held(fd):
+                # "No waiting beside typing").  After a small read (an echo, a prompt),
+                # none that would only fail (SMALL_READ).
+                if i and (typing or last < SMALL_READ) and not pty.held(fd):
                     break
                 # A client at the door (doorbell.py): the loop is theirs first.
                 if i and time.monotonic() - now > WAKE_YIELD and DOORBELL.rung():
                     break
-                if not ring.fill_from(fd) or ring.head - start >= room:
+                last = ring.fill_from(fd)
+                if not last or ring.head - start >= room:
                     break
         except BlockingIOError:
             pass

@@ -12,11 +12,11 @@ import tty
 
 import pytest
 
-from ptyhostd import keystrokes
+from ptyhostd import keystrokes, pty
 from ptyhostd.fd import Fd
 from ptyhostd.keystrokes import TYPING_WAKE_BYTES, TYPING_WINDOW, Keystrokes
 from ptyhostd.ring import READ_SIZE, Ring
-from ptyhostd.session import WAKE_BYTES, Session
+from ptyhostd.session import SMALL_READ, WAKE_BYTES, Session
 
 PTY_READ_MAX = READ_SIZE  # what one read of a pty master gives at most (n_tty's buffer)
 
@@ -39,28 +39,38 @@ def test_the_record_answers_for_every_session():
 
 
 @pytest.fixture
-def flooded_session(monkeypatch):
-    """A session of our own whose pty `yes` floods (no host: its pump alone)."""
+def pty_session(monkeypatch):
+    """A session of our own (no host: its pump alone) on a raw pty; yields it and the
+    slave's fd, which the test owns."""
     monkeypatch.setattr(keystrokes, "KEYSTROKES", Keystrokes())
     from ptyhostd import session as session_mod
     monkeypatch.setattr(session_mod, "KEYSTROKES", keystrokes.KEYSTROKES)
     master, slave = os.openpty()
     tty.setraw(slave)
     os.set_blocking(master, False)
-    yes = subprocess.Popen(["yes", "x" * 200], stdout=slave, stderr=subprocess.DEVNULL)
-    os.close(slave)
     ring = Ring.create("wake-test", 1 << 20)
     s = Session("wake-test", name="t", argv=[], cwd=None, uid=0, cols=80, rows=24,
                 created=time.time(), ring=ring)
     s.master = Fd(master, "wake-test master")
     try:
+        yield s, slave
+    finally:
+        os.close(slave)
+        s.master.close()
+        s.master = None
+        ring.close()
+
+
+@pytest.fixture
+def flooded_session(pty_session):
+    """A session of our own whose pty `yes` floods."""
+    s, slave = pty_session
+    yes = subprocess.Popen(["yes", "x" * 200], stdout=slave, stderr=subprocess.DEVNULL)
+    try:
         yield s
     finally:
         yes.kill()
         yes.wait()
-        s.master.close()
-        s.master = None
-        ring.close()
 
 
 def _wakes(s: Session, now: float, count: int = 30) -> list[int]:
@@ -96,7 +106,6 @@ def test_a_flood_wakes_small_only_while_another_session_has_input(flooded_sessio
 
 def _reads(s: Session, now: float, wakes: int = 30) -> list[list[int]]:
     """For each of ``wakes`` wakes, what the pty held (FIONREAD) before each of its reads."""
-    from ptyhostd import pty
     ring, real = s.ring, s.ring.fill_from
     seen: list[list[int]] = []
 
@@ -128,3 +137,23 @@ def test_beside_typing_a_flood_makes_no_read_that_waits_for_the_kernel(flooded_s
     waited = [w for w in beside if 0 in w[1:]]
     assert not waited, f"reads of an empty pty beside typing (FIONREAD per read): {waited}"
     assert all(w and w[0] > 0 for w in beside), f"a wake found nothing to read: {beside}"
+
+
+def test_after_a_small_read_no_read_of_an_empty_pty(pty_session):
+    """An echo's few bytes, with nobody typing elsewhere: its wake reads them and stops,
+    without the read of an empty pty that would only fail (session.SMALL_READ; ~20 us of
+    the loop a keystroke, docs/design.md "The echo's second read").  A wake whose read
+    was not small reads on (the flood test above: alone, it reads through)."""
+    s, slave = pty_session
+    now = time.monotonic()
+    for echo in (b"x", b"\r\n$ ", b"y" * (SMALL_READ - 1)):
+        os.write(slave, echo)
+        # The wake's first read must find every byte: wait until the line discipline
+        # holds them all (the kernel's worker moves them over), with a deadline.
+        deadline = time.monotonic() + 10
+        while pty.held(s.master.fd) < len(echo):
+            assert time.monotonic() < deadline, f"the pty never held the {len(echo)} bytes"
+            select.select([s.master.fd], [], [], 0.01)
+        reads = _reads(s, now, wakes=1)
+        assert reads == [[len(echo)]], \
+            f"{len(echo)} bytes alone: reads (what the pty held before each) {reads}"
