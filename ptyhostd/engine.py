@@ -110,6 +110,12 @@ def factory():
     return _factory
 
 
+def loaded() -> bool:
+    """Whether the engine is settled for good: its model class is loaded (``chosen``
+    may still turn from ghostty to pyte until then, see ``factory``)."""
+    return _factory is not None
+
+
 def follows_output() -> bool:
     """Whether models are fed as output arrives (ghostty: it parses ~20 MB/s in C with
     the GIL released) rather than only on demand and while quiet (pyte: ~1 MB/s of

@@ -20,8 +20,8 @@ import clowder_wire as protocol
 from clowder_common import events, fdlimit, sdnotify
 from clowder_common.ratelog import RateLimitedLog
 
-from . import (bridge, fdstore, handoff, inputseq, peer, pty, recordbudget, screenmemory,
-               sessionenv, statedir)
+from . import (bridge, engine, fdstore, handoff, inputseq, peer, pty, recordbudget,
+               screenmemory, sessionenv, statedir)
 from .manager import EXEC_FAILURES, SETUP_FAILURES, Manager, ManagerError
 from .manifest import Manifest
 from .manifestwriter import ManifestWriteError, ManifestWriter
@@ -114,10 +114,14 @@ class Host(Adoption):
 
         pyte-speed parsing in this thread would slow the byte path, so it never runs
         during output; after a flood the next attach catches up (bounded by
-        session.SCREEN_CATCH_UP) instead.
+        session.SCREEN_CATCH_UP) instead.  Ends once ghostty is loaded: its models are
+        fed as output comes (Session._follow), and this loop's five wakes a second
+        would be most of an idle host's (docs/design.md "An idle host's wakes").
         """
         while True:
             await asyncio.sleep(interval)
+            if engine.loaded() and engine.follows_output():
+                return
             now = time.monotonic()
             for s in list(self.sessions.values()):
                 if s.screen is not None and s.screen_pos < s.ring.head \
