@@ -23,6 +23,7 @@ no hand-off; the restart floor is the reference.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -31,7 +32,8 @@ import threading
 import time
 
 import clowder
-from common import IDLE_ARGV, log, median, read_until, run as sh, wait_for
+from common import (IDLE_ARGV, PtyTerminal, client_env, log, median, read_until,
+                    run as sh, spawn_on_pty, wait_for)
 
 FLOOR_SOCKET = "/run/clowder-bench-floor.sock"
 FLOOR_SERVICE = "clowder-bench-floor.service"
@@ -203,6 +205,61 @@ def clowder_trial(action: str, probe: str, expected: int) -> dict:
     return t
 
 
+def open_ctl(probe: str) -> PtyTerminal:
+    """`clowderctl attach` to the probe in a pty (what a user runs), live: a key echoed.
+    It stays attached across the trials: reattaching after the host comes back is its
+    own work, and what these trials time."""
+    proc, master = spawn_on_pty([clowder.PYTHON, "-m", "ctl", "attach", probe],
+                                client_env())
+    term = PtyTerminal(proc, master, name="clowderctl")
+    mark = _mark()
+    term.write(mark)
+    read_until(term, mark, 30)
+    return term
+
+
+_marks = iter(range(1, 1 << 30))
+
+
+def _mark() -> bytes:
+    """A string typed once in the whole run (letters: the probe's tty echoes them as is)."""
+    n, out = next(_marks), ""
+    while n:
+        n, d = divmod(n, 26)
+        out += "abcdefghijklmnopqrstuvwxyz"[d]
+    return f"Q{out}Q".encode()
+
+
+def clowderctl_trial(action: str, term: PtyTerminal) -> dict:
+    """The restart or kill -9 as `clowderctl attach` lives it: once the old host has
+    exited (its pidfd says so), a key is typed into the client's terminal; "bytes flow"
+    is when its echo shows there, from the same clock start.  Meanwhile the client has
+    seen its connection end and reconnects and reattaches by itself (ctl/commands/
+    attach.py), as for any user: its own start is not in it, its reconnect is."""
+    old = clowder.main_pid()
+    pidfd = os.pidfd_open(old)
+    mark = _mark()
+    try:
+        t0 = time.monotonic()
+        acted = _act(action, clowder.SERVICE, old, t0)
+        ready, _, _ = select.select([pidfd], [], [], 30)
+        if not ready:
+            raise TimeoutError(f"the old host ({old}) did not exit within 30 s of the {action}")
+        t = {"old_gone": time.monotonic() - t0}
+        term.write(mark)
+        read_until(term, mark, 30)
+        t["bytes_flow"] = time.monotonic() - t0
+        t["dark"] = t["bytes_flow"] - t["old_gone"]
+    finally:
+        os.close(pidfd)
+    if "_proc" in acted:
+        acted.pop("_proc").wait()
+    t.update(acted)
+    clowder.wait_ready_after(old)
+    t.update(unit_times(clowder.SERVICE, t0))
+    return t
+
+
 def floor_trial(action: str) -> dict:
     c = FloorClient()
     c.echo()
@@ -287,7 +344,9 @@ def run(counts: list[int], rounds: int) -> dict:
         set_floor_count(n)
         trials: dict[tuple, list] = {}
         plan = [("clowder", "restart"), ("clowder", "kill -9"), ("clowder", "hand-off"),
+                ("clowderctl", "restart"), ("clowderctl", "kill -9"),
                 ("floor", "restart"), ("floor", "kill -9")]
+        ctl = None
         for r in range(rounds):
             for who, action in plan[r % len(plan):] + plan[:r % len(plan)]:
                 try:
@@ -295,6 +354,15 @@ def run(counts: list[int], rounds: int) -> dict:
                         conn.close()
                         t = clowder_trial(action, probe, n)
                         conn = clowder.Conn()
+                    elif who == "clowderctl":
+                        ctl = ctl or open_ctl(probe)
+                        conn.close()
+                        t = clowderctl_trial(action, ctl)
+                        conn = clowder.Conn()
+                        running = sum(1 for s in clowder.list_sessions(conn)
+                                      if s["state"] == "running")
+                        if running != n:
+                            t["problem"] = f"{running} of {n} sessions running after {action}"
                     else:
                         t = floor_trial(action)
                     trials.setdefault((who, action), []).append(t)
@@ -305,7 +373,12 @@ def run(counts: list[int], rounds: int) -> dict:
                     entry.setdefault("errors", []).append(f"{who} {action}: {exc!r}")
                     log(f"blackout N={n} {who} {action}: FAILED {exc!r}")
                     conn = _reconnect(conn)
+                    if who == "clowderctl" and ctl is not None:
+                        ctl.close()  # its state is unknown: the next trial opens another
+                        ctl = None
                 time.sleep(0.3)
+        if ctl is not None:
+            ctl.close()
         for (who, action), ts in trials.items():
             entry.setdefault(who, {})[action] = _summarise(ts)
         results["by_count"][str(n)] = entry

@@ -76,7 +76,12 @@ interpreter, that gets N parked pty masters back from the FD store, sends READY=
 echoes; same clock, same client (connect, one byte, its echo).  The bare floor is the
 same service with nothing parked.  "hand-off" is `systemctl reload clowder-ptyhost`:
 the installed code is first run once as a check, then the host execs it in the same
-process; the client's connection closes at the exec.
+process; the client's connection closes at the exec.  "clowderctl attach": the real
+client, attached to the probe in a pty for the whole run, lives each restart and kill -9
+on its own (it sees its connection end, reconnects and reattaches, ctl/commands/attach.py);
+once the old host has exited (its pidfd), a key is typed into its terminal, and "bytes
+flow" is when the echo shows there, from the same clock start.  Not run for the hand-off,
+whose old host does not exit.
 
 **3. Keystroke echo.** The session runs `stty raw -echo; exec cat`, so the program (not
 the tty) writes each key back.  A sample is the time from writing one byte into the
@@ -220,10 +225,12 @@ def _blackout(res: dict) -> str:
             if not c:
                 continue
             fl = entry.get("floor", {}).get(action, {})
+            ctl = entry.get("clowderctl", {}).get(action, {})
             ratio = (c["bytes_flow_ms"] / fl["bytes_flow_ms"]
                      if c.get("bytes_flow_ms") and fl.get("bytes_flow_ms") else None)
             rows.append([
-                n, action, _f(c.get("bytes_flow_ms")), _f(c.get("dark_ms")),
+                n, action, _f(c.get("bytes_flow_ms")), _f(ctl.get("bytes_flow_ms")),
+                _f(c.get("dark_ms")),
                 _f(c.get("ps_answered_ms")),
                 _f(c.get("old_gone_ms")), _f(c.get("new_exec_ms")), _f(c.get("ready_ms")),
                 _f(fl.get("new_exec_ms")), _f(fl.get("bytes_flow_ms")),
@@ -231,10 +238,12 @@ def _blackout(res: dict) -> str:
                 ", ".join(f"{v:g}" for v in c.get("bytes_flow_all_ms", [])),
             ])
             problems += [f"N={n} {action}: {p}" for p in c.get("problems", [])]
+            problems += [f"N={n} {action} (clowderctl): {p}" for p in ctl.get("problems", [])]
         problems += [f"N={n}: {e}" for e in entry.get("errors", [])]
     out.append(f"Medians of {res['rounds']} trials each, in ms from the restart (or kill) "
                "being issued.\n")
-    out.append(_table(["N", "how", "clowder: bytes flow", "no connection", "ps answered",
+    out.append(_table(["N", "how", "clowder: bytes flow", "clowderctl attach: bytes flow",
+                       "no connection", "ps answered",
                        "old host gone",
                        "new host exec'd", "new host READY", "floor: new exec'd",
                        "floor (N parked): bytes flow", "x floor", "clowder each trial"], rows))
