@@ -35,13 +35,14 @@ from pyte.screens import StaticDefaultDict
 from . import screen_render
 from .grid import Grid, Saved
 from .screen_json import MOUSE_ENCODINGS, MOUSE_MODES
-from .screen_render import BLANK, Cell, NAMES, CHARSET_CODES
+from .screen_render import BLANK, Cell, NAMES, charset_codes
 
 MAX_STRING = 64 * 1024  # longest OSC/DCS held whole; longer ones are skipped to their end
 MAX_PARAMS = 1024  # a longer unfinished CSI is garbage, not a sequence to wait for
 MAX_TITLE = 4096  # characters of a title kept (ten of them on the title stack)
 MAX_LINK = 2048  # characters of an OSC 8 hyperlink kept (params and URI); longer: no link
 MAX_COLOUR_SPEC = 64  # a colour spec is short ("rgb:ffff/ffff/ffff"); longer ones are ignored
+CHARSET_CODES = charset_codes()  # pyte's charset tables -> their codes (the saved state)
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 _CSI = re.compile(rb"\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])")
 _CSI_START = re.compile(rb"\x1b\[[\x30-\x3f]*[\x20-\x2f]*")

@@ -382,8 +382,7 @@ class GhosttyScreen:
         ``cols`` x ``rows``: only that top-left part is read (a client's view): the
         cells are read in Python, ~2 us each, so a 80x24 view of a 500x500 screen read
         whole took 0.8 s of a pool thread, and of a 200x50 one 23 ms, against ~4 ms."""
-        from pyte.screens import StaticDefaultDict
-        from .screen_render import BLANK, Cell
+        from .screen_render import BLANK, Cell, DefaultRow
         cols = min(cols or self._cols, self._cols)
         rows = min(rows or self._rows, self._rows)
         buffer = {}
@@ -391,7 +390,7 @@ class GhosttyScreen:
             for y, row in enumerate(cells.rows()):
                 if not row:
                     continue
-                line = buffer[y] = StaticDefaultDict(BLANK)
+                line = buffer[y] = DefaultRow(BLANK)
                 for c in row:
                     line[c.x] = Cell(c.text, *c.attrs)
                     if c.width == 2 and c.x + 1 < cols:

@@ -20,9 +20,6 @@ import operator
 from itertools import groupby
 from typing import NamedTuple
 
-from pyte import charsets
-from pyte.screens import StaticDefaultDict
-from wcwidth import wcwidth
 
 
 class Cell(NamedTuple):
@@ -50,7 +47,17 @@ ATTRS_DEFAULT = BLANK[1:]
 NAMES = ("black", "red", "green", "brown", "blue", "magenta", "cyan", "white")
 NAMES = NAMES + tuple("bright" + name for name in NAMES)
 _NAME_INDEX = {name: i for i, name in enumerate(NAMES)}
-CHARSET_CODES = {table: code for code, table in charsets.MAPS.items()}
+
+
+@functools.cache
+def charset_codes() -> dict:
+    """pyte's charset tables -> the codes that designate them (ESC ( B).  pyte and
+    wcwidth are imported at first use here, not with this module: the ghostty engine's
+    cells and views use this module too, and the two imports (~26 ms) were most of its
+    first model's load, which a client reattaching after a restart waits for
+    (docs/design.md "The first model after a restart")."""
+    from pyte import charsets
+    return {table: code for code, table in charsets.MAPS.items()}
 
 # Private modes a repaint resets when they are off, so that a terminal that is not fresh
 # (a reconnect) loses what an earlier program left on.  25 and 2026 are handled apart.
@@ -105,7 +112,19 @@ def set_attrs(out: list, attrs: tuple, current) -> None:
 def char_width(char: str) -> int:
     """wcwidth(), except that a regional indicator (half a flag) is wide whatever the
     wcwidth version: 0.2.5 (Debian 12's) says 1, later ones and tmux say 2."""
-    return 2 if "\U0001f1e6" <= char <= "\U0001f1ff" else wcwidth(char)
+    if "\U0001f1e6" <= char <= "\U0001f1ff":
+        return 2
+    return (_wcwidth or _load_wcwidth())(char)
+
+
+_wcwidth = None  # wcwidth.wcwidth, once a width is first asked (see charset_codes)
+
+
+def _load_wcwidth():
+    global _wcwidth
+    from wcwidth import wcwidth
+    _wcwidth = wcwidth
+    return wcwidth
 
 
 def is_wide(data: str) -> bool:
@@ -113,7 +132,20 @@ def is_wide(data: str) -> bool:
     return data > "\u10ff" and char_width(data[0]) == 2
 
 
-EMPTY_ROW = StaticDefaultDict(BLANK)
+class DefaultRow(dict):
+    """A row of cells whose missing ones are one static default (blank, or the colour
+    a whole-row erase left): pyte's StaticDefaultDict, without importing pyte."""
+
+    __slots__ = ("default",)
+
+    def __init__(self, default) -> None:
+        self.default = default
+
+    def __missing__(self, key):
+        return self.default
+
+
+EMPTY_ROW = DefaultRow(BLANK)
 
 
 def buffer_row(buffer, y: int):
@@ -253,7 +285,8 @@ def reopen_cluster(out: list, grid, buffer, origin_top: int) -> None:
 
 def designations(g0: str, g1: str) -> str:
     """ESC ( and ESC ) that designate these G0 and G1 character sets."""
-    return f"\x1b({CHARSET_CODES.get(g0, 'B')}\x1b){CHARSET_CODES.get(g1, '0')}"
+    codes = charset_codes()
+    return f"\x1b({codes.get(g0, 'B')}\x1b){codes.get(g1, '0')}"
 
 
 def saved_cursor(out: list, grid, buffer, saved) -> None:

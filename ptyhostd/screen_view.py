@@ -17,9 +17,7 @@ modes set), ``keyboard_stack()`` (the shown screen's kitty keyboard flags), ``pe
 
 from __future__ import annotations
 
-from pyte.screens import StaticDefaultDict
-
-from .screen_render import KNOWN_PRIVATE, buffer_row, is_wide, paint_rows, sgr
+from .screen_render import KNOWN_PRIVATE, DefaultRow, buffer_row, is_wide, paint_rows, sgr
 
 FILL = "."  # the unused area's mark (tmux's default fill is the same dot)
 FILL_SGR = "\x1b[0;2m"  # dim, so that it reads as background, not as output
@@ -76,7 +74,7 @@ class _Clipped:
         line = buffer_row(self._buffer, y)
         last = self._cols - 1
         if last in line and is_wide(line[last].data):
-            copy = StaticDefaultDict(line.default)
+            copy = DefaultRow(line.default)
             copy.update(line)
             copy[last] = line[last]._replace(data=" ")
             return copy

@@ -184,3 +184,18 @@ def test_the_host_starts_without_a_screen_model():
             "print(sorted(m for m in ('pyte', 'ptyhostd.screen', 'ptyhostd.history', "
             "'clowder_common.lines', 'yaml', 'secrets') if m in sys.modules))")
     assert python(code) == "[]"
+
+
+def test_a_ghostty_model_loads_without_pyte():
+    """The ghostty engine's model, its repaint, snapshots and a client's smaller view
+    import neither pyte nor wcwidth (screen_render loads them at first use): they were
+    ~26 ms of the first model's load, which a client reattaching after a restart waits
+    for.  wcwidth comes when a width past U+10FF is first asked, pyte with its engine."""
+    code = ("import sys\nfrom ptyhostd import engine\nengine.choose('ghostty')\n"
+            "s = engine.new_screen(80, 24)\ns.feed(b'\\x1b[1mhi\\x1b[0m there')\n"
+            "s.repaint(); [s.snapshot(f) for f in ('text', 'ansi', 'html')]\n"
+            "from ptyhostd import screen_view\nscreen_view.view(s, 40, 10)\n"
+            "mods = lambda: sorted(m for m in ('pyte', 'wcwidth') if m in sys.modules)\n"
+            "print(mods())\ns.feed('\\u4e2d'.encode()); screen_view.view(s, 40, 10)\n"
+            "print(mods())")
+    assert python(code).splitlines() == ["[]", "['wcwidth']"]
