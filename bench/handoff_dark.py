@@ -4,7 +4,9 @@
         OLD_TREE,NEW_TREE 10,1000 6 [ACTIONS]
 
 ACTIONS: figure 2's trial kinds, comma-separated (default ``hand-off``; ``restart`` and
-``kill-9`` for the blackout of a restart and of a crash, issue 13's <= 100 ms).
+``kill-9`` for the blackout of a restart and of a crash, issue 13's <= 100 ms;
+``ctl-restart`` and ``ctl-kill-9`` for the same through `clowderctl attach`, figure 2's
+clowderctl_trial, the client from the bench venv for both trees).
 
 In one systemd instance: a host with N sessions (N-1 idle, one probe running `cat` with
 the minimal client attached, figure 2's setup); each trial is figure 2's hand-off trial
@@ -26,7 +28,7 @@ import time
 
 import clowder
 import fig_blackout
-from common import IDLE_ARGV, run
+from common import IDLE_ARGV, read_until, run
 
 PY = sys.executable
 
@@ -65,8 +67,9 @@ def main() -> None:
     srcs = sys.argv[1].split(",")
     counts = [int(x) for x in sys.argv[2].split(",")]
     trials = int(sys.argv[3])
-    actions = [a.replace("-9", " -9") if a == "kill-9" else a
+    actions = [a.replace("kill-9", "kill -9")
                for a in (sys.argv[4] if len(sys.argv) > 4 else "hand-off").split(",")]
+    ctl = None
     use(srcs[0])
     conn = clowder.Conn()
     probe = clowder.spawn(conn, ["/bin/cat"], name="probe")
@@ -81,8 +84,16 @@ def main() -> None:
             for src in (srcs if t % 2 == 0 else srcs[::-1]):
                 for action in actions:
                     use(src)
+                    if action.startswith("ctl-"):
+                        ctl = ctl or fig_blackout.open_ctl(probe)
+                        mark = fig_blackout._mark()  # reattached after the switch
+                        ctl.write(mark)
+                        read_until(ctl, mark, 30)
                     time.sleep(0.3)  # as figure 2 leaves between trials
-                    r = fig_blackout.clowder_trial(action, probe, n)
+                    if action.startswith("ctl-"):
+                        r = fig_blackout.clowderctl_trial(action[4:], ctl)
+                    else:
+                        r = fig_blackout.clowder_trial(action, probe, n)
                     got[src, action].append(r)
                     print(n, action, src, {k: round(v * 1e3, 1) for k, v in r.items()
                                            if isinstance(v, float)},
@@ -97,6 +108,8 @@ def main() -> None:
                           f"{[round(v) for v in vals]}", flush=True)
         conn = clowder.Conn()
     conn.close()
+    if ctl is not None:
+        ctl.close()
 
 
 if __name__ == "__main__":
