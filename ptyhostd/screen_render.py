@@ -21,7 +21,6 @@ from itertools import groupby
 from typing import NamedTuple
 
 
-
 class Cell(NamedTuple):
     """One character cell: its text and attributes (field names are pyte's)."""
     data: str
