@@ -25,7 +25,8 @@ from .handshake import (
 )
 from .host import (
     AGENT_PREFIX, HOST_SET_ENV, search_dirs, SESSION_FIELDS, MAX_ARGV_BYTES, MAX_CWD_BYTES,
-    argv_bytes, MAX_COLS, MAX_ROWS, MAX_CELLS, fit_size, encode_output, session_list_frame, next_page,
+    argv_bytes, MAX_COLS, MAX_ROWS, MAX_CELLS, fit_size, encode_output, encode_input,
+    session_list_frame, next_page,
     Spawn,
     ListSessions, Send, GetBacklog, Wait, Kill, Attach, Input, Resize, Detach, TerminalReady,
     Remove,
@@ -40,7 +41,7 @@ __all__ = [
     "decode", "data_of", "read_message", "FrameReader", "refuse_hello", "Hello", "Welcome",
     "Error", "AGENT_PREFIX", "HOST_SET_ENV", "search_dirs", "SESSION_FIELDS", "MAX_ARGV_BYTES",
     "MAX_CWD_BYTES", "argv_bytes", "MAX_COLS", "MAX_ROWS", "MAX_CELLS", "fit_size", "encode_output",
-    "session_list_frame", "next_page", "Spawn", "ListSessions", "Send",
+    "encode_input", "session_list_frame", "next_page", "Spawn", "ListSessions", "Send",
     "GetBacklog", "Wait", "Kill", "Attach", "Input", "Resize", "Detach", "TerminalReady",
     "Remove", "Rename",
     "UpgradeCheck", "HandOff",

@@ -310,7 +310,7 @@ class _Session:
         for i in range(0, len(data), protocol.MAX_DATA):
             chunk = data[i:i + protocol.MAX_DATA]
             end = start + i + len(chunk)
-            self.outbuf += protocol.encode(protocol.Input(data=chunk, seq=end))
+            self.outbuf += protocol.encode_input(chunk, end)
             self.inflight.append((self.out_total + len(self.outbuf), end))
 
     def _ack(self, seq: int) -> None:
