@@ -19,6 +19,7 @@ import test_wake_size
 from test_wake_size import PTY_READ_MAX, _wakes
 
 flooded_session = test_wake_size.flooded_session  # the fixture: a session `yes` floods
+pty_session = test_wake_size.pty_session  # the one it is made on
 
 
 def test_it_rings_while_a_watched_socket_is_readable():
