@@ -14,6 +14,12 @@ Type=notify service in the same interpreter, which gets N parked pty masters bac
 the FD store, sends READY=1 and echoes.  Same clock, same client steps (connect, one
 byte, its echo).  Also measured at N=0 (nothing parked): the bare floor.
 
+clowderctl: the same restart and kill -9 lived by `clowderctl attach` (the real client,
+attached to the probe in a pty for the whole run): it sees its connection end, then
+reconnects and reattaches by itself; once the old host has exited (its pidfd), a key is
+typed into its terminal, and "bytes flow" is when the echo shows there.  No hand-off:
+its old host does not exit.
+
 "hand-off": `systemctl reload clowder-ptyhost` (issue 5's in-place upgrade to the installed
 code: a check run of the new code, then an exec in the same process).  Same clock and
 client; the main PID stays, so systemd's exec/READY stamps do not apply.  The floor has
