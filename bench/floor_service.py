@@ -32,8 +32,16 @@ def main() -> None:
     listeners, parked = [], []
     for fd, name in zip(range(3, 3 + count), names):
         (parked if name.startswith("m.") else listeners).append(fd)
+    park_to(parked, COUNT_FILE)
+    notify(f"READY=1\nSTATUS=holding {len(parked)} parked fds")
+    echo_forever(listeners)
+
+
+def park_to(parked: list[int], count_file: str) -> None:
+    """Park new pty masters (FDPOLL=0, as ptyhostd does) until ``parked`` holds the
+    number in ``count_file`` (none if there is no such file)."""
     try:
-        with open(COUNT_FILE) as f:
+        with open(count_file) as f:
             want = int(f.read())
     except FileNotFoundError:
         want = 0
@@ -42,8 +50,11 @@ def main() -> None:
         os.close(slave)
         notify(f"FDSTORE=1\nFDNAME=m.{i}\nFDPOLL=0", [master])
         parked.append(master)
-    notify(f"READY=1\nSTATUS=holding {len(parked)} parked fds")
 
+
+def echo_forever(listeners: list[int]) -> None:
+    """Accept on the listening sockets ``listeners`` and echo what each client sends
+    (bench/spare_server.py serves the same way)."""
     sel = selectors.DefaultSelector()
     for fd in listeners:
         sock = socket.socket(fileno=fd)

@@ -10,58 +10,26 @@ import ctypes
 import json
 import logging
 import os
-import selectors
 import socket
 import subprocess
 import sys
+
+from floor_service import echo_forever, notify, park_to
 
 SPARE = "/run/spare-test.spare"
 COUNT = "/run/spare-test.count"
 IMPORTED = (asyncio, ctypes, json, logging)  # what a host pays for at its start, unused
 
 
-def notify(state: str, fds=()) -> None:
-    addr = os.environ["NOTIFY_SOCKET"]
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.sendmsg([state.encode()], anc, 0, addr)
-
-
 def serve(fd_names: list, ready_self: bool) -> None:
     listeners, parked = [], []
     for fd, name in fd_names:
         (parked if name.startswith("m.") else listeners).append(fd)
-    want = int(open(COUNT).read()) if os.path.exists(COUNT) else 0
-    for i in range(len(parked), want):
-        master, slave = os.openpty()
-        os.close(slave)
-        notify(f"FDSTORE=1\nFDNAME=m.{i}\nFDPOLL=0", [master])
-        parked.append(master)
+    park_to(parked, COUNT)
     if ready_self:
         notify(f"READY=1\nSTATUS=holding {len(parked)}")
     subprocess.Popen([sys.executable, "-S", __file__, "--spare"], close_fds=True)
-    sel = selectors.DefaultSelector()
-    for fd in listeners:
-        sock = socket.socket(fileno=fd)
-        sock.setblocking(False)
-        sel.register(sock, selectors.EVENT_READ, "listen")
-    while True:
-        for key, _ in sel.select():
-            if key.data == "listen":
-                conn, _ = key.fileobj.accept()
-                sel.register(conn, selectors.EVENT_READ, "conn")
-                continue
-            try:
-                data = key.fileobj.recv(4096)
-            except OSError:
-                data = b""
-            if data:
-                key.fileobj.sendall(data)
-            else:
-                sel.unregister(key.fileobj)
-                key.fileobj.close()
+    echo_forever(listeners)
 
 
 def spare() -> None:
