@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from common import wait_for
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = "/usr/bin/python3"
 UNIT = "spare-test.service"
@@ -65,14 +67,6 @@ def echo(timeout: float = 10) -> None:
     s.close()
 
 
-def wait_for(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {timeout:g} s")
-        time.sleep(0.005)
-
-
 def trial() -> float:
     old = main_pid()
     pidfd = os.pidfd_open(old)
@@ -82,7 +76,7 @@ def trial() -> float:
     os.close(pidfd)
     echo()
     took = time.monotonic() - t0
-    wait_for(lambda: main_pid() not in (0, old), 10, "a new main process")
+    wait_for(lambda: main_pid() not in (0, old), 10, "a new main process", 0.005)
     return took
 
 
