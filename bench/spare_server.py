@@ -2,7 +2,12 @@
 (asyncio and its company), parks the number of pty masters in COUNT on its first start,
 sends READY=1 (unless a launcher does it for it), starts the next spare, and echoes what
 a client sends.  With --spare it is that spare: it waits on SPARE for the launcher's fds,
-answers with its pid, and serves them."""
+answers with its pid, and serves them.
+
+Run as ``--with-standby`` (the unit has ExitType=cgroup) it starts a standby instead:
+``--standby PID FDS``, a process in the same cgroup that holds copies of the listening
+socket and the parked fds from its start, waits for PID's death (its pidfd), then tells
+systemd MAINPID= of itself and serves; the unit is never restarted."""
 
 import array
 import asyncio
@@ -10,6 +15,7 @@ import ctypes
 import json
 import logging
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -21,15 +27,35 @@ COUNT = "/run/spare-test.count"
 IMPORTED = (asyncio, ctypes, json, logging)  # what a host pays for at its start, unused
 
 
-def serve(fd_names: list, ready_self: bool) -> None:
+def serve(fd_names: list, ready_self: bool, standby: bool = False) -> None:
     listeners, parked = [], []
     for fd, name in fd_names:
         (parked if name.startswith("m.") else listeners).append(fd)
     park_to(parked, COUNT)
     if ready_self:
         notify(f"READY=1\nSTATUS=holding {len(parked)}")
-    subprocess.Popen([sys.executable, "-S", __file__, "--spare"], close_fds=True)
+    if standby:
+        held = listeners + parked
+        subprocess.Popen([sys.executable, "-S", __file__, "--standby", str(os.getpid()),
+                          ",".join(f"{fd}:{'m' if fd in parked else 'l'}" for fd in held)],
+                         pass_fds=held)
+    else:
+        subprocess.Popen([sys.executable, "-S", __file__, "--spare"], close_fds=True)
     echo_forever(listeners)
+
+
+def standby(main: int, held: str) -> None:
+    """Wait for ``main`` to die, then become the unit's main process and serve."""
+    try:
+        pidfd = os.pidfd_open(main)
+    except ProcessLookupError:
+        pidfd = None  # died already (or a stop is under way: its SIGKILL comes)
+    if pidfd is not None:
+        select.select([pidfd], [], [])
+    notify(f"MAINPID={os.getpid()}")
+    fd_names = [(int(fd), "m.x" if kind == "m" else "listen")
+                for fd, kind in (item.split(":") for item in held.split(","))]
+    serve(fd_names, ready_self=True, standby=True)
 
 
 def spare() -> None:
@@ -60,7 +86,9 @@ def spare() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--spare"]:
         spare()
+    elif sys.argv[1:2] == ["--standby"]:
+        standby(int(sys.argv[2]), sys.argv[3])
     else:
         n = int(os.environ.get("LISTEN_FDS", "0"))
         serve(list(zip(range(3, 3 + n), os.environ.get("LISTEN_FDNAMES", "").split(":"))),
-              ready_self=True)
+              ready_self=True, standby=sys.argv[1:] == ["--with-standby"])
