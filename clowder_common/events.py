@@ -32,6 +32,8 @@ IDS = {
     "handoff-refused": "ab723a3a86cc4e13bc382f5d20350355",
     "handoff-failed": "c3d0ba195d39437c9c0729d1ec3a2310",
     "state-dir-problem": "897f278c2e79459cb50dbf408d14ec91",
+    "standby-ready": "e43d8d8a46d5442097af006cbf21f39d",
+    "standby-takeover": "aa47723e45b74e3daaeea7f3d1434486",
     # clowder-control: an agent's life
     "agent-spawned": "33dd2dd1591c4973b26c8aaa78b5b749",
     "agent-adopted": "4cb2b64f9a124bbd889ae46cf2691da2",

@@ -41,7 +41,12 @@ StartLimitIntervalSec=0
 
 [Service]
 Type=notify
-NotifyAccess=main
+# A standby (ptyhostd/standby.py) takes over when the host dies, with no restart: the
+# unit outlives its main process while the standby runs (ExitType=cgroup, systemd 250
+# and later), and the standby names itself the main process (MAINPID=, which needs
+# NotifyAccess=all).  An older systemd ignores ExitType=; the host then starts none.
+NotifyAccess=all
+ExitType=cgroup
 ExecStart={exec_start} --{scope}
 # reload = an in-place hand-off to the installed code: same PID, every session kept.
 # ExecReload= stays until the new code serves (or says why not), so `systemctl reload`
@@ -54,7 +59,8 @@ FileDescriptorStoreMax=16384
 LimitNOFILE=65536
 Restart=always
 RestartSec=0
-# Sessions run in their own transient units, so nothing here reaches them.
+# Sessions run in their own transient units, so nothing here reaches them.  A stop's
+# SIGTERM goes to the host alone, which tells its standby to exit first.
 KillMode=mixed
 TimeoutStopSec=30
 # The event loop pings every WatchdogSec/4: a host frozen (SIGSTOP) or wedged for ~10 s

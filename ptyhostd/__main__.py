@@ -59,7 +59,7 @@ from clowder_common.log import parse_level  # noqa: E402
 from clowder_common.log import setup as setup_logging  # noqa: E402
 
 from . import (bridge, engine, handoff, inputqueue, recordbudget, screenmemory,  # noqa: E402
-               screenwork, statedir)
+               screenwork, standby, statedir)
 from .adopt import AFTER_START  # noqa: E402
 from .connection import Connection  # noqa: E402
 from .doorbell import DOORBELL  # noqa: E402
@@ -203,17 +203,19 @@ def _listeners(stored: dict[str, list[int]], path: str | None) -> list[socket.so
     return [sock]
 
 
-async def _serve(args) -> None:
+async def _serve(args, taken: dict[str, list[int]] | None = None) -> None:
+    """``taken``: what a standby held when it took over (standby.follow)."""
     loop = asyncio.get_running_loop()
     handed = handoff.inherited()
     watchdog = Watchdog.from_env()
-    if watchdog is not None and handed is not None:
+    if watchdog is not None and (handed is not None or taken is not None):
         # After a hand-off systemd's watchdog is already running (the old code fed it
         # until the exec): feed it from the first moment, adoption included.  After a
         # restart it starts with READY=1, so a slow adoption is judged by
         # TimeoutStartSec instead, and can never become a watchdog crash loop.
         watchdog.start(loop)
-    stored = handed if handed is not None else sdnotify.inherited()
+    stored = taken if taken is not None else handed if handed is not None \
+        else sdnotify.inherited()
     listeners = _listeners(stored, args.socket)
     listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
@@ -234,9 +236,15 @@ async def _serve(args) -> None:
     for sock in listeners:
         Listener(loop, sock, lambda: Connection(host))  # lives as the loop's reader
         DOORBELL.watch(sock.fileno())  # a client connecting: a flood's reads step aside
+    host.listener_fds = listener_fds
+    host.standby = standby.Standby(loop, host.kept_fds, lambda text: sdnotify.notify(
+        f"STATUS=serving {len(host.sessions)} sessions; {text}"))
+    if watchdog is not None:
+        watchdog.also = host.standby.beat
     stop = asyncio.Event()
     def stopping() -> None:
         host.stop_requested = True  # before the loop runs anything else (handoff checks)
+        host.standby.leave(wait=False)  # first: a crash from now on is the stop's
         stop.set()
     loop.add_signal_handler(signal.SIGTERM, stopping)
     loop.add_signal_handler(signal.SIGINT, stopping)
@@ -244,7 +252,6 @@ async def _serve(args) -> None:
         stopping()
     # A HandOff request (what ExecReload sends) or SIGHUP (by hand, or an older unit's
     # ExecReload): hand off to the installed code.
-    host.listener_fds = listener_fds
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(host.handoff()))
     how = "after a hand-off" if handed is not None else ""
     host.bus.publish("host-started", cause="hand-off" if handed is not None
@@ -259,7 +266,7 @@ async def _serve(args) -> None:
     gc.freeze()
     gc.enable()
     host._spawn_task(_after_the_clients(host))  # kept, and its failure logged
-    if watchdog is not None and handed is None:
+    if watchdog is not None and handed is None and taken is None:
         watchdog.start(loop)
     install_wedge_fault(loop)
     await stop.wait()
@@ -298,6 +305,17 @@ async def _after_the_clients(host: Host) -> None:
     host.input_seq.ready_to_send()  # ctypes, for the input's writes (inputseq.py)
     host.manager.link_now()
     await screenwork.run(engine.preload)
+    try:
+        allowed = await host.manager.standby_allowed()
+    except Exception as exc:  # serving goes on; a crash then restarts the unit
+        log.error("cannot tell whether the unit allows a standby: %s", exc,
+                  extra={"CLOWDER_CAUSE": "standby"})
+        allowed = False
+    if not allowed:
+        log.info("no standby: the unit does not have ExitType=cgroup and NotifyAccess=all; "
+                 "a crash restarts the unit", extra={"CLOWDER_CAUSE": "standby"})
+    elif not host.stop_requested:
+        host.standby.enable()
 
 
 def main(argv=None) -> None:
@@ -309,8 +327,15 @@ def main(argv=None) -> None:
     # A watchdog timeout sends SIGABRT: the journal then shows where the loop was stuck
     # (the unit sets LimitCORE=0, so no core of every parked ring is written).
     faulthandler.enable()
+    taken = None
+    if standby.wanted():
+        if _early_signals:
+            sys.exit(0)  # stopped while it imported: nothing to stand by for
+        taken = standby.follow()  # returns only to take over from a dead host
+        # From here a start like any other: a stop during adoption is handled after it.
+        signal.signal(signal.SIGTERM, lambda sig, _frame: _early_signals.append(sig))
     try:
-        asyncio.run(_serve(args))
+        asyncio.run(_serve(args, taken))
     except Exception:
         log.exception("ptyhostd failed")
         sys.exit(1)

@@ -37,6 +37,11 @@ HOST_HANDOFF = 1
 HOST_SPARE = 16
 
 
+# The standby's copy of the store (standby.Standby, while one is ready): told of each
+# change before systemd is, so a crash leaves it one change ahead at most, never behind.
+follower = None
+
+
 class FdStoreError(NotifyError):
     """A name systemd would not store as given."""
 
@@ -46,11 +51,25 @@ def park(name: str, fd: int, poll: bool = True) -> None:
     if not _NAME.fullmatch(name):
         # systemd would silently store it as "stored" (measured): refuse loudly instead.
         raise FdStoreError(f"invalid FD store name {name!r}")
-    notify(f"FDSTORE=1\nFDNAME={name}" + ("" if poll else "\nFDPOLL=0"), [fd])
+    if follower is not None:
+        follower.parked(name, fd, poll)
+    notify_park(name, fd, poll)
 
 
 def unpark(name: str) -> None:
     """Remove every stored fd named ``name``."""
+    if follower is not None:
+        follower.unparked(name)
+    notify_unpark(name)
+
+
+def notify_park(name: str, fd: int, poll: bool = True) -> None:
+    """systemd's part of ``park`` alone (a standby's takeover does the last one again)."""
+    notify(f"FDSTORE=1\nFDNAME={name}" + ("" if poll else "\nFDPOLL=0"), [fd])
+
+
+def notify_unpark(name: str) -> None:
+    """systemd's part of ``unpark`` alone."""
     notify(f"FDSTOREREMOVE=1\nFDNAME={name}")
 
 

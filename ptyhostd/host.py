@@ -91,6 +91,7 @@ class Host(Adoption):
         self.stop_requested = False  # SIGTERM seen: a hand-off under way must not exec
         self.last_handoff_error = ""
         self.listener_fds: dict[str, list[int]] = {}  # systemd's listening sockets (main())
+        self.standby = None  # standby.Standby, once serving (main())
         self._unadopted: dict[str, list[int]] = {}  # FD store name -> fds left parked
         self._finishing: set[str] = set()  # sessions whose end is being recorded
         # Sessions adopted on the fast path (their recorded pid alive), for the start's
@@ -684,6 +685,11 @@ class Host(Adoption):
 
     # --- hand-off (systemctl reload) -----------------------------------------------------
 
+    def kept_fds(self) -> dict[str, list[int]]:
+        """Every fd a successor needs, by name (a hand-off's exec, the standby's copy):
+        the parked ones, the listening sockets and the input table."""
+        return {**self.parked(), **self.listener_fds, inputseq.NAME: [self.input_seq.fd]}
+
     def parked(self) -> dict[str, list[int]]:
         """Every fd this host keeps across an exec, by its FD store name."""
         fds: dict[str, list[int]] = {slot: [fd.fileno()] for slot, fd in self.manifest.fds.items()}
@@ -735,12 +741,12 @@ class Host(Adoption):
                     why = "hand-off abandoned: the host is stopping"
                     return why
                 self.save_now()  # the table as it is at the exec: no await from here on
+                if self.standby is not None:
+                    self.standby.leave()  # the new code starts its own
                 # returns only on failure
-                handoff.execute({**self.parked(), **self.listener_fds,
-                                 handoff.SCREENS: [screens],
-                                 inputseq.NAME: [self.input_seq.fd]},
-                                 bridge.Plan.of(self.sessions.values(),
-                                                {sid: m["pos"] for sid, m in models.items()}))
+                handoff.execute({**self.kept_fds(), handoff.SCREENS: [screens]},
+                                bridge.Plan.of(self.sessions.values(),
+                                               {sid: m["pos"] for sid, m in models.items()}))
             finally:
                 os.close(screens)
         except handoff.HandoffError as exc:
@@ -756,6 +762,8 @@ class Host(Adoption):
                                                       **events.fields("handoff-failed")})
         finally:
             self._handing_off = False
+            if self.standby is not None and not self.stop_requested:
+                self.standby.resume()  # this code serves on (a no-op if it never left)
             try:
                 if not self.stop_requested:  # stopping: the stop's STOPPING=1 was sent
                     sdnotify.notify(f"READY=1\nSTATUS=serving {len(self.sessions)} sessions "

@@ -561,9 +561,19 @@ class Manager:
     async def fd_store(self) -> tuple[int, int]:
         """(FileDescriptorStoreMax, NFileDescriptorStore) of our own unit, as systemd has
         them now: a daemon-reload changes the max of the running service at once."""
+        props = await self._own_service("reading our FD store's size")
+        return int(props["FileDescriptorStoreMax"][1]), int(props["NFileDescriptorStore"][1])
+
+    async def standby_allowed(self) -> bool:
+        """Whether our unit lets a standby take over (standby.py): ExitType=cgroup (systemd
+        250 and later; older ones have no such property) and NotifyAccess=all."""
+        props = await self._own_service("reading our unit's ExitType")
+        return props.get("ExitType", (None, ""))[1] == "cgroup" \
+            and props.get("NotifyAccess", (None, ""))[1] == "all"
+
+    async def _own_service(self, what: str) -> dict:
         (path,) = await self._call(_MANAGER, "GetUnitByPID", "u", (os.getpid(),),
                                    what="finding our own unit")
-        addr = (path, _PROPS)
-        (props,) = await self._call(addr, "GetAll", "s", (_SYSTEMD + ".Service",),
-                                    what="reading our FD store's size")
-        return int(props["FileDescriptorStoreMax"][1]), int(props["NFileDescriptorStore"][1])
+        (props,) = await self._call((path, _PROPS), "GetAll", "s", (_SYSTEMD + ".Service",),
+                                    what=what)
+        return props

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import time
+from typing import Callable
 
 from clowder_common import sdnotify
 
@@ -39,6 +40,8 @@ class Watchdog:
         self._handle: asyncio.TimerHandle | None = None
         self._last = 0.0
         self._failing = False
+        # Told at each ping too: the standby's sign that the loop runs (standby.py).
+        self.also: Callable[[], None] | None = None
 
     @classmethod
     def from_env(cls) -> "Watchdog | None":
@@ -71,6 +74,8 @@ class Watchdog:
                         extra={"CLOWDER_CAUSE": "watchdog-late"})
         self._last = now
         self.ping()
+        if self.also is not None:
+            self.also()
         self._handle = self._loop.call_later(self.interval, self._tick)
 
     def ping(self) -> None:

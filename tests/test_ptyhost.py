@@ -28,6 +28,12 @@ COUNTER = ("import sys, time\n"
            "    sys.stdout.write(f'n{i}\\n'); sys.stdout.flush()\n"
            "    time.sleep(0.001)\n")
 
+# A drop-in's start that turns the standby off (ptyhostd/standby.py) from the host's next
+# start: a crash then restarts the unit, as the tests of a host that is down need (a
+# standby takes over at once, with no restart: test_standby.py).  A standby already
+# running may still win the race to the dead host's place.
+NO_STANDBY = "[Service]\nExitType=main\n"
+
 
 def test_restart_keeps_100_sessions(host):
     ids = [host.spawn("sh", "-c", f"echo hello-{i}; exec sleep 100000", name=f"s{i}")
@@ -125,7 +131,10 @@ def test_a_session_runs_in_its_users_slice(host):
 
 @pytest.mark.parametrize("how", ["exit 7", "signal"])
 def test_exit_while_host_is_down(host, how):
-    host.drop_in("[Service]\nRestartSec=3\n")
+    # A crash restarts the unit here (ExitType=main: no standby takes over, see
+    # test_standby.py), and the restart waits 3 s: the host is down meanwhile.
+    host.drop_in(NO_STANDBY + "RestartSec=3\n")
+    host.restart()  # a host started under ExitType=main starts no standby
     fifo = f"/tmp/go-{host.scope}-{how.replace(' ', '')}"
     if os.path.exists(fifo):
         os.unlink(fifo)
@@ -170,7 +179,8 @@ def test_live_exit_and_signal(host):
 
 def test_client_served_after_host_comes_back(host):
     sid = host.spawn("sleep", "100000")
-    host.drop_in("[Service]\nRestartSec=2\n")
+    host.drop_in(NO_STANDBY + "RestartSec=2\n")
+    host.restart()  # a host started under ExitType=main starts no standby
     old = host.main_pid()
     os.kill(old, 9)
     wait_for(lambda: host.show("clowder-ptyhost.service", "SubState")["SubState"]

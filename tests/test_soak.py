@@ -72,6 +72,7 @@ from test_attach import _catches, _descendant, _holds, attach  # noqa: F401  (th
 from test_control import COUNTER, Control, agent_yaml
 from test_hostile_gone import spawn_then_bad_frame
 from test_hostile_screen_memory import coloured
+from test_standby import current_standby, is_standby, ready_standby
 from test_watchdog import timespan
 from test_web import (HTTP_FLOODS, _Connections, _on_debians_aiohttp, _remove_web_drop_in,
                       get, login)
@@ -85,6 +86,9 @@ PASTE_BYTES = int(os.environ.get("CLOWDER_SOAK_PASTE_BYTES", 1 << 20))
 # the bound covers ten sessions' terminal models and the clients that never read).
 HOST_RSS_BOUND = 256 << 20
 CONTROL_RSS_BOUND = 192 << 20
+# The host's standby (ptyhostd/standby.py): the host's imports and a copy of its fds,
+# no session's model or ring mapped.
+STANDBY_RSS_BOUND = 96 << 20
 # clowder-web's (system scope, on Debian's aiohttp 3.8): its base and the floods held
 # (WEB_FLOODS, each held by webd/gate.py to 4 requests ahead and one read).  Measured
 # 31.4-44.6 MiB, 50.3 with four of the largest requests' floods (login-big) held; with
@@ -333,6 +337,9 @@ class Soak:
             pid = int(self.host.show(unit, "MainPID")["MainPID"])
             if pid:
                 self.peak[name] = max(self.peak[name], rss(pid))
+        standby = current_standby(self.host)
+        if standby:  # 0 if it took over or was killed meanwhile
+            self.peak["standby"] = max(self.peak.get("standby", 0), rss(standby))
 
     # --- the events -------------------------------------------------------------------
 
@@ -343,17 +350,33 @@ class Soak:
         self.host.restart()
 
     def kill9(self) -> None:
-        self.host.kill9()
+        standby = current_standby(self.host)
+        self._taken_over(standby, self.host.kill9())
+
+    def _taken_over(self, standby: int, new: int) -> None:
+        """Count a kill -9 taken over by the standby (ptyhostd/standby.py) or, with none
+        ready at that moment, served by a restart of the unit: nothing may be lost
+        either way."""
+        kind = "standby-took-over" if standby and new == standby else "unit-restarted"
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def standby_kill9(self) -> None:
+        """kill -9 of the host's standby: the host starts another, which must hold the
+        whole copy again (a later kill -9 of the host is taken over by it)."""
+        standby = ready_standby(self.host)
+        os.kill(standby, signal.SIGKILL)
+        ready_standby(self.host, other_than=standby)
 
     def typing_kill9(self) -> None:
         """kill -9 of the host while a burst of typed lines flows through it (the other
         events type, rest, then act): a line's bytes and their record must not part
         (ptyhostd/inputseq.py), or the line is typed twice after the restart (ci82)."""
         pid = self.host.main_pid()
+        standby = current_standby(self.host)
         self.type_lines(self.rng.randrange(10, 40))
         self.typist._read(self.rng.uniform(0.0, 0.01))  # the random moment in the flow
         os.kill(pid, signal.SIGKILL)
-        self.host.wait_ready(pid)
+        self._taken_over(standby, self.host.wait_ready(pid))
 
     def freeze(self) -> None:
         pid = self.host.main_pid()
@@ -446,7 +469,8 @@ class Soak:
                  30, "the host to be active again after the hand-off")
 
     def _bridge(self, pid: int) -> bool:
-        """Whether the host's hand-off bridge is there (a child that is not the check)."""
+        """Whether the host's hand-off bridge is there (a child that is not the check
+        nor the standby)."""
         try:
             children = open(f"/proc/{pid}/task/{pid}/children").read().split()
         except OSError:
@@ -454,7 +478,7 @@ class Soak:
         for child in children:
             try:
                 with open(f"/proc/{child}/cmdline", "rb") as f:
-                    if b"--check-handoff" not in f.read():
+                    if b"--check-handoff" not in f.read() and not is_standby(int(child)):
                         return True
             except OSError:
                 pass
@@ -746,7 +770,7 @@ class Soak:
 
     def events(self) -> dict:
         ev = {"restart": self.restart, "kill-9": self.kill9, "sigstop": self.freeze,
-              "typing-kill-9": self.typing_kill9,
+              "typing-kill-9": self.typing_kill9, "standby-kill-9": self.standby_kill9,
               "daemon-reexec": self.reexec, "daemon-reload": self.reload_units,
               "handoff": self.handoff, "handoff-kill-9": self.handoff_kill9,
               "control-restart": self.control_restart,
@@ -900,4 +924,6 @@ def test_chaos_run_loses_nothing(host, attach):
     assert zero == dict.fromkeys(zero, 0), f"the chaos run lost something: {report}"
     assert report["lines_checked"] > COUNTERS * 100, f"too few lines to judge: {report}"
     assert soak.peak["host"] < HOST_RSS_BOUND and soak.peak["control"] < CONTROL_RSS_BOUND \
-        and soak.peak.get("web", 0) < WEB_RSS_BOUND, f"daemon memory over its bound: {report}"
+        and soak.peak.get("web", 0) < WEB_RSS_BOUND \
+        and soak.peak.get("standby", 0) < STANDBY_RSS_BOUND, \
+        f"daemon memory over its bound: {report}"

@@ -1,0 +1,111 @@
+"""The standby (ptyhostd/standby.py) under a real systemd: a host that dies is taken over
+by the process that was waiting for it, with no restart of the unit and nothing lost; a
+stop, a restart and a hand-off leave no standby behind; a standby that dies is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+from conftest import wait_for
+
+HOST = "clowder-ptyhost.service"
+READY = re.compile(r"standby (\d+) ready")
+
+
+def current_standby(host) -> int:
+    """The pid of the host's standby if one is ready now (the unit's status), else 0."""
+    m = READY.search(host.show(HOST, "StatusText")["StatusText"])
+    return int(m.group(1)) if m else 0
+
+
+def ready_standby(host, other_than: int = 0) -> int:
+    """The pid of the host's standby once it holds the whole copy (the unit's status
+    says so), other than ``other_than``."""
+    def ready():
+        m = READY.search(host.show(HOST, "StatusText")["StatusText"])
+        return int(m.group(1)) if m and int(m.group(1)) != other_than else 0
+    return wait_for(ready, 30, f"the {host.scope} host's standby to be ready"
+                               f"{f' (not {other_than})' if other_than else ''}")
+
+
+def is_standby(pid: int) -> bool:
+    """Whether process ``pid`` was started as a host's standby (its environment says so;
+    a host's other children are the hand-off's check and bridge)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return any(v.startswith(b"CLOWDER_STANDBY=") for v in f.read().split(b"\0"))
+    except OSError:
+        return False
+
+
+def cgroup_pids(host) -> set[int]:
+    group = host.show(HOST, "ControlGroup")["ControlGroup"]
+    if not group:
+        return set()
+    with open(f"/sys/fs/cgroup{group}/cgroup.procs") as f:
+        return {int(line) for line in f.read().split()}
+
+
+def test_a_killed_host_is_taken_over_by_its_standby_with_nothing_lost(host):
+    sid = host.spawn("/bin/sh", "-c", "echo before; exec cat")
+    wait_for(lambda: b"before" in host.backlog(sid), 10, "the session's first line")
+    standby = ready_standby(host)
+    old = host.main_pid()
+    assert cgroup_pids(host) == {old, standby}
+    restarts = host.show(HOST, "NRestarts")["NRestarts"]
+    os.kill(old, signal.SIGKILL)
+    new = host.wait_ready(old)
+    assert new == standby, f"the unit's main process is {new}, not the standby {standby}"
+    assert host.show(HOST, "NRestarts")["NRestarts"] == restarts, \
+        "the unit was restarted: the standby did not take over"
+    ps = host.ps()
+    assert ps[sid]["state"] == "running", ps[sid]
+    host.ctl("send", sid, "after\n")
+    wait_for(lambda: b"before" in host.backlog(sid) and b"after" in host.backlog(sid),
+             10, "the session's backlog with both lines after the takeover")
+    # The new host starts its own standby, which takes over in turn.
+    second = ready_standby(host, other_than=standby)
+    os.kill(new, signal.SIGKILL)
+    assert host.wait_ready(new) == second
+    host.ctl("send", sid, "again\n")
+    wait_for(lambda: b"again" in host.backlog(sid), 10, "the line typed after the second")
+    assert host.show(HOST, "NRestarts")["NRestarts"] == restarts
+
+
+def test_a_dead_standby_is_replaced_and_a_stop_leaves_no_process(host):
+    standby = ready_standby(host)
+    os.kill(standby, signal.SIGKILL)
+    ready_standby(host, other_than=standby)
+    assert len(cgroup_pids(host)) == 2
+    host.systemctl("stop", HOST)
+    state = host.show(HOST, "ActiveState", "Result")
+    assert state == {"ActiveState": "inactive", "Result": "success"}, state
+    assert cgroup_pids(host) == set()
+
+
+def test_a_restart_execs_the_host_and_its_old_standby_exits(host):
+    sid = host.spawn("/bin/sh", "-c", "echo kept; exec cat")
+    standby = ready_standby(host)
+    restarts = int(host.show(HOST, "NRestarts")["NRestarts"])
+    new = host.restart()
+    assert new != standby, "a restart was served by the old standby"
+    assert standby not in cgroup_pids(host)
+    assert b"kept" in host.backlog(sid)
+    ready_standby(host, other_than=standby)
+    assert int(host.show(HOST, "NRestarts")["NRestarts"]) == restarts  # a job, not Restart=
+
+
+def test_a_hand_off_replaces_the_standby_with_one_of_the_new_code(host):
+    sid = host.spawn("/bin/sh", "-c", "echo kept; exec cat")
+    standby = ready_standby(host)
+    main = host.main_pid()
+    host.systemctl("reload", HOST)
+    assert host.main_pid() == main
+    fresh = ready_standby(host, other_than=standby)
+    assert standby not in cgroup_pids(host)
+    os.kill(main, signal.SIGKILL)
+    assert host.wait_ready(main) == fresh
+    assert b"kept" in host.backlog(sid)
