@@ -276,19 +276,24 @@ def follow() -> dict[str, list[int]]:
         _leave("the host let it go before it was ready")
     stale = _stale_after()
     heard = time.monotonic()  # the host's last message: its loop ran then
+    # poll, not select: the copy's fds are numbered past select's 1,024 at ~400 sessions.
+    both, dead = select.poll(), select.poll()
+    both.register(sock, select.POLLIN)
+    both.register(host, select.POLLIN)
+    dead.register(host, select.POLLIN)
     while True:
-        ready, _, _ = select.select([sock, host], [], [])
-        if sock in ready:
+        ready = {fd for fd, _ in both.poll()}
+        if sock.fileno() in ready:
             kind, names, fds = _receive(sock)
             if kind is not None:
                 heard = time.monotonic()
             if kind is None:  # the host's end closed: it died, or it let us go
-                if not select.select([host], [], [], 2.0)[0]:
+                if not dead.poll(2000):
                     _leave("the host closed its end of the standby's socket")
             elif kind == "L":
                 _leave("the host leaves (a stop, a restart or a hand-off)")
             elif kind == "A":
-                whole = True
+                whole, last = True, None  # what the copy began with was all stored
             elif kind in ("P", "U"):
                 last = _apply(held, kind, names, fds)
             if kind is not None:
@@ -305,7 +310,7 @@ def follow() -> dict[str, list[int]]:
             if kind == "L":
                 _leave("the host left (a stop, a restart or a hand-off)")
             if kind == "A":
-                whole = True
+                whole, last = True, None
             elif kind in ("P", "U"):
                 last = _apply(held, kind, names, fds)
         break

@@ -8,8 +8,10 @@ the takeover under systemd is tests/test_standby.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import resource
 import select
 import socket
 import subprocess
@@ -30,12 +32,20 @@ class Rig:
     """A standby process, a stand-in host (a sleep whose death is the host's), and the
     notify socket the standby writes to."""
 
-    def __init__(self, tmp_path, watchdog_usec: str = ""):
+    def __init__(self, tmp_path, watchdog_usec: str = "", above: int = 0):
+        """``above``: the standby's socket and pidfd numbered past it, as a host with
+        thousands of fds passes them (pass_fds keeps the numbers)."""
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.notify.bind(str(tmp_path / "notify"))
         self.host = subprocess.Popen(["sleep", "60"])
         pidfd = os.pidfd_open(self.host.pid)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if above:
+            high = fcntl.fcntl(pidfd, fcntl.F_DUPFD_CLOEXEC, above)
+            os.close(pidfd)
+            pidfd = high
+            theirs = socket.socket(fileno=fcntl.fcntl(theirs.detach(), fcntl.F_DUPFD_CLOEXEC,
+                                                      above))
         env = dict(os.environ, PYTHONPATH=ROOT, NOTIFY_SOCKET=str(tmp_path / "notify"),
                    CLOWDER_STANDBY=f"{theirs.fileno()}:{pidfd}")
         env.pop("WATCHDOG_USEC", None)
@@ -179,6 +189,31 @@ def test_a_host_that_beat_lately_is_taken_over(tmp_path):
         rig.kill_host()
         held, said = rig.result()
         assert held == {"r.s1": 1}
-        assert said == [(f"MAINPID={rig.proc.pid}", 0), ("FDSTORE=1\nFDNAME=r.s1", 1)]
+        # What the copy began with was all in the store: nothing to park again.
+        assert said == [(f"MAINPID={rig.proc.pid}", 0)]
     finally:
         rig.close()
+
+
+def test_fds_numbered_past_select_s_limit(tmp_path):
+    """A host with ~400 sessions or more passes the standby its socket and pidfd
+    numbered past 1,024, where select() refuses them (standbys died so at 1,000
+    sessions), and the copy is past it too: 1,100 fds, in the host's batches."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard >= 4096, f"the test needs fds: hard limit {hard}"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), hard))
+    rig = Rig(tmp_path, above=2000)
+    try:
+        one = rig.memfd("many")
+        names = [f"r.s{i}" for i in range(1100)]
+        for i in range(0, len(names), 250):
+            part = names[i:i + 250]
+            rig.send(b"P1" + "\n".join(part).encode(), [one] * len(part))
+        rig.send(b"A")
+        rig.kill_host()
+        held, said = rig.result()
+        assert held == dict.fromkeys(names, 1)
+        assert said == [(f"MAINPID={rig.proc.pid}", 0)]
+    finally:
+        rig.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
