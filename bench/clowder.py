@@ -60,6 +60,16 @@ def wait_ready_after(old_pid: int, timeout: float = 60) -> int:
     return wait_for(ready, timeout, "the PTY host to come back")
 
 
+def ready_standby(timeout: float = 60) -> int:
+    """The pid of the host's standby (ptyhostd/standby.py) once it holds the whole copy
+    of the FD store, as the unit's status says: a kill -9 is then taken over by it."""
+    def ready():
+        out = run(["systemctl", "show", "-p", "StatusText", "--value", SERVICE]).stdout
+        m = re.search(r"standby (\d+) ready", out)
+        return int(m.group(1)) if m else 0
+    return wait_for(ready, timeout, "the PTY host's standby to be ready")
+
+
 def wait_handed_off(old_pid: int, timeout: float = 60) -> int:
     """Wait until a reload (hand-off) is over: the unit active, not reloading; its PID."""
     def state():

@@ -20,6 +20,11 @@ reconnects and reattaches by itself; once the old host has exited (its pidfd), a
 typed into its terminal, and "bytes flow" is when the echo shows there.  No hand-off:
 its old host does not exit.
 
+A kill -9 waits first for the host's standby to be ready (ptyhostd/standby.py: a crash
+long after the start, as users meet it, is taken over by the standby with no restart of
+the unit; a trial it did not take over is marked as a problem).  The floor has none: it
+is the exec that a crash of the host cost before it.
+
 "hand-off": `systemctl reload clowder-ptyhost` (issue 5's in-place upgrade to the installed
 code: a check run of the new code, then an exec in the same process).  Same clock and
 client; the main PID stays, so systemd's exec/READY stamps do not apply.  The floor has
@@ -167,10 +172,26 @@ def _retrying(connect, timeout: float = 60):
             time.sleep(0.001)
 
 
+def _standby_for(action: str) -> int:
+    """Before a kill -9: the host's standby, once ready (a crash long after the start, as
+    users meet it, is taken over by it: ptyhostd/standby.py); 0 for other actions, and
+    for units without ExitType=cgroup (older trees' units, in bench/handoff_dark.py)."""
+    if action != "kill -9":
+        return 0
+    exit_type = sh(["systemctl", "show", "-p", "ExitType", "--value", clowder.SERVICE])
+    return clowder.ready_standby() if exit_type.stdout.strip() == "cgroup" else 0
+
+
+def _check_takeover(t: dict, standby: int, new: int) -> None:
+    if standby and new != standby:
+        t["problem"] = f"not taken over by the standby {standby} (main PID {new})"
+
+
 def clowder_trial(action: str, probe: str, expected: int) -> dict:
     term = clowder.AttachedClient(probe, replay=0)
     term.write(b"x")
     read_until(term, b"x", 10)  # the probe's tty echoes: the path is live
+    standby = _standby_for(action)
     old = clowder.main_pid()
     t0 = time.monotonic()
     acted = _act(action, clowder.SERVICE, old, t0)
@@ -202,7 +223,7 @@ def clowder_trial(action: str, probe: str, expected: int) -> dict:
         if new != old:
             t["problem"] = f"the hand-off changed the main PID ({old} -> {new})"
     else:
-        clowder.wait_ready_after(old)
+        _check_takeover(t, standby, clowder.wait_ready_after(old))
         t.update(unit_times(clowder.SERVICE, t0))
     running = sum(1 for s in sessions if s["state"] == "running")
     t["sessions_running"] = running
@@ -242,6 +263,7 @@ def clowderctl_trial(action: str, term: PtyTerminal) -> dict:
     is when its echo shows there, from the same clock start.  Meanwhile the client has
     seen its connection end and reconnects and reattaches by itself (ctl/commands/
     attach.py), as for any user: its own start is not in it, its reconnect is."""
+    standby = _standby_for(action)
     old = clowder.main_pid()
     pidfd = os.pidfd_open(old)
     mark = _mark()
@@ -261,7 +283,7 @@ def clowderctl_trial(action: str, term: PtyTerminal) -> dict:
     if "_proc" in acted:
         acted.pop("_proc").wait()
     t.update(acted)
-    clowder.wait_ready_after(old)
+    _check_takeover(t, standby, clowder.wait_ready_after(old))
     t.update(unit_times(clowder.SERVICE, t0))
     return t
 

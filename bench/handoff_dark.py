@@ -34,9 +34,10 @@ PY = sys.executable
 
 
 def use(src: str) -> None:
-    """Run the host from ``src`` (its hand-off execs the same tree: PYTHONPATH crosses)."""
-    run([PY, "-m", "ctl", "install-units", "--system", "--exec-start",
-         f"/usr/bin/env PYTHONPATH={src} {PY} -m ptyhostd"])
+    """Run the host from ``src`` (its hand-off execs the same tree: PYTHONPATH crosses),
+    under the units ``src`` writes (a standby needs its unit's ExitType=cgroup)."""
+    run(["/usr/bin/env", f"PYTHONPATH={src}", PY, "-m", "ctl", "install-units", "--system",
+         "--exec-start", f"/usr/bin/env PYTHONPATH={src} {PY} -m ptyhostd"])
     run(["systemctl", "daemon-reload"])
     old = clowder.main_pid()
     if old:
