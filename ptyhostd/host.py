@@ -768,6 +768,8 @@ class Host(Adoption):
                 if not self.stop_requested:  # stopping: the stop's STOPPING=1 was sent
                     sdnotify.notify(f"READY=1\nSTATUS=serving {len(self.sessions)} sessions "
                                     f"({outcome})")
+                    if self.standby is not None:
+                        self.standby.announce()  # the one that stayed, if any
             except Exception as exc:
                 log.error("cannot tell systemd the host serves again: %s", exc,
                           extra={"CLOWDER_CAUSE": "handoff-failed"})

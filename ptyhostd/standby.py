@@ -140,6 +140,11 @@ class Standby:
                  extra={"CLOWDER_CAUSE": "standby", **events.fields("standby-ready")})
         self._status(f"standby {self.proc.pid} ready")
 
+    def announce(self) -> None:
+        """Say again that a standby is ready (another STATUS= replaced it: a hand-off's)."""
+        if self.armed and self.proc is not None:
+            self._status(f"standby {self.proc.pid} ready")
+
     def beat(self) -> None:
         """At each watchdog ping: the loop runs.  A host that dies after it stopped
         beating (frozen, wedged) was most likely ended by systemd's watchdog, which

@@ -109,3 +109,22 @@ def test_a_hand_off_replaces_the_standby_with_one_of_the_new_code(host):
     os.kill(main, signal.SIGKILL)
     assert host.wait_ready(main) == fresh
     assert b"kept" in host.backlog(sid)
+
+
+def test_a_refused_hand_off_keeps_the_standby_and_says_so(host):
+    """A hand-off the installed code refuses: the running code serves on with the same
+    standby, and the unit's status says it is ready again (the refusal's READY=1 and
+    STATUS= replaced it once, and a wait on it then timed out)."""
+    from test_handoff import SITE, _break, _reload_refused
+    standby = ready_standby(host)
+    main = host.main_pid()
+    path = os.path.join(SITE, "handoff.py")
+    original = _break(path, "raise SystemExit('this build is broken')")
+    try:
+        _reload_refused(host, main)
+    finally:
+        with open(path, "w") as f:
+            f.write(original)
+    assert ready_standby(host) == standby
+    os.kill(main, signal.SIGKILL)
+    assert host.wait_ready(main) == standby
