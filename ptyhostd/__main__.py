@@ -237,6 +237,7 @@ async def _serve(args, taken: dict[str, list[int]] | None = None) -> None:
         Listener(loop, sock, lambda: Connection(host))  # lives as the loop's reader
         DOORBELL.watch(sock.fileno())  # a client connecting: a flood's reads step aside
     host.listener_fds = listener_fds
+    host.took_over = taken is not None  # _after_the_clients clears the unit's failure
     host.standby = standby.Standby(loop, host.kept_fds, lambda text: sdnotify.notify(
         f"STATUS=serving {len(host.sessions)} sessions; {text}"))
     if watchdog is not None:
@@ -304,6 +305,11 @@ async def _after_the_clients(host: Host) -> None:
     gc.unfreeze()  # the start's objects are collected again, as any (see the top)
     host.input_seq.ready_to_send()  # ctypes, for the input's writes (inputseq.py)
     host.manager.link_now()
+    if host.took_over:
+        try:
+            await host.manager.clear_own_result()
+        except Exception as exc:  # a reload before a restart would then restart the unit
+            log.error("%s", exc, extra={"CLOWDER_CAUSE": "standby"})
     await screenwork.run(engine.preload)
     try:
         allowed = await host.manager.standby_allowed()

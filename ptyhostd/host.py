@@ -92,6 +92,7 @@ class Host(Adoption):
         self.last_handoff_error = ""
         self.listener_fds: dict[str, list[int]] = {}  # systemd's listening sockets (main())
         self.standby = None  # standby.Standby, once serving (main())
+        self.took_over = False  # this host is a standby that took over (main())
         self._unadopted: dict[str, list[int]] = {}  # FD store name -> fds left parked
         self._finishing: set[str] = set()  # sessions whose end is being recorded
         # Sessions adopted on the fast path (their recorded pid alive), for the start's

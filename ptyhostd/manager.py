@@ -512,6 +512,16 @@ class Manager:
                 raise
         await self.reset_failed(unit)
 
+    async def clear_own_result(self) -> None:
+        """Forget the failure systemd keeps for our unit after a main process died while
+        the unit ran on (a standby took over, standby.py): with it, the end of the next
+        reload stops the whole unit (seen: "Failed with result 'signal'", then a restart),
+        and the next stop leaves it failed.  ResetFailedUnit, which zeroes NRestarts too."""
+        unit = unit_of_cgroup(_read_own_cgroup())
+        if unit is not None:
+            await self._call(_MANAGER, "ResetFailedUnit", "s", (unit,),
+                             what="clearing our unit's failure after a takeover")
+
     async def reset_failed(self, unit: str) -> None:
         """Let systemd garbage-collect a failed unit."""
         try:

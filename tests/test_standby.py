@@ -128,3 +128,29 @@ def test_a_refused_hand_off_keeps_the_standby_and_says_so(host):
     assert ready_standby(host) == standby
     os.kill(main, signal.SIGKILL)
     assert host.wait_ready(main) == standby
+
+
+def test_a_death_systemd_saw_first_leaves_no_failure_to_stop_the_unit_later(host):
+    """When systemd handles the host's death before the standby's MAINPID= (the standby
+    descheduled: here, stopped), it keeps the unit's result as failed ('signal'), and at
+    the end of the next reload it stopped the whole unit (seen in test_input.py's kill -9
+    then reload: "Reload failed", a restart).  The new host clears it."""
+    sid = host.spawn("/bin/sh", "-c", "echo kept; exec cat")
+    standby = ready_standby(host)
+    old = host.main_pid()
+    os.kill(standby, signal.SIGSTOP)
+    try:
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: host.show(HOST, "MainPID")["MainPID"] == "0", 20,
+                 "systemd to see the host's death")
+        assert host.show(HOST, "ActiveState", "Result") == {
+            "ActiveState": "active", "Result": "signal"}
+    finally:
+        os.kill(standby, signal.SIGCONT)
+    assert host.wait_ready(old) == standby
+    wait_for(lambda: host.show(HOST, "Result")["Result"] == "success", 20,
+             "the unit's failure to be cleared after the takeover")
+    host.systemctl("reload", HOST)
+    assert host.main_pid() == standby
+    assert host.show(HOST, "ActiveState")["ActiveState"] == "active"
+    assert b"kept" in host.backlog(sid)
