@@ -281,6 +281,17 @@ def follow() -> dict[str, list[int]]:
         _leave("the host let it go before it was ready")
     stale = _stale_after()
     heard = time.monotonic()  # the host's last message: its loop ran then
+
+    def take(kind: str, names: list[str], fds: list[int]) -> None:
+        """One message from the host, while it lives or after its death."""
+        nonlocal whole, last
+        if kind == "L":
+            _leave("the host leaves (a stop, a restart or a hand-off)")
+        elif kind == "A":
+            whole, last = True, None  # what the copy began with was all stored
+        elif kind in ("P", "U"):
+            last = _apply(held, kind, names, fds)
+
     # poll, not select: the copy's fds are numbered past select's 1,024 at ~400 sessions.
     both, dead = select.poll(), select.poll()
     both.register(sock, select.POLLIN)
@@ -288,37 +299,25 @@ def follow() -> dict[str, list[int]]:
     dead.register(host, select.POLLIN)
     while True:
         ready = {fd for fd, _ in both.poll()}
-        if sock.fileno() in ready:
+        if sock.fileno() not in ready:
+            break  # the host is dead
+        kind, names, fds = _receive(sock)
+        if kind is None:  # the host's end closed: it died, or it let us go
+            if not dead.poll(2000):
+                _leave("the host closed its end of the standby's socket")
+            break
+        heard = time.monotonic()
+        take(kind, names, fds)
+    # What the host sent before it died is still queued.
+    sock.setblocking(False)
+    while True:
+        try:
             kind, names, fds = _receive(sock)
-            if kind is not None:
-                heard = time.monotonic()
-            if kind is None:  # the host's end closed: it died, or it let us go
-                if not dead.poll(2000):
-                    _leave("the host closed its end of the standby's socket")
-            elif kind == "L":
-                _leave("the host leaves (a stop, a restart or a hand-off)")
-            elif kind == "A":
-                whole, last = True, None  # what the copy began with was all stored
-            elif kind in ("P", "U"):
-                last = _apply(held, kind, names, fds)
-            if kind is not None:
-                continue
-        # The host is dead: what it sent before it died is still queued.
-        sock.setblocking(False)
-        while True:
-            try:
-                kind, names, fds = _receive(sock)
-            except BlockingIOError:
-                break
-            if kind is None:
-                break
-            if kind == "L":
-                _leave("the host left (a stop, a restart or a hand-off)")
-            if kind == "A":
-                whole, last = True, None
-            elif kind in ("P", "U"):
-                last = _apply(held, kind, names, fds)
-        break
+        except BlockingIOError:
+            break
+        if kind is None:
+            break
+        take(kind, names, fds)
     if not whole:
         _leave("the host died before the standby held the whole copy: systemd restarts it")
     if stale is not None and time.monotonic() - heard > stale:
