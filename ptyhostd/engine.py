@@ -29,6 +29,9 @@ ENGINES = ("ghostty", "pyte")
 PACKAGED = "/usr/lib/clowder/ghostty"
 _factory = None
 chosen: Optional[str] = None
+# Whether preload made the renders a session's snapshot can make on the loop (text, ANSI,
+# HTML): until then, a first one pays its format's cffi look-ups (~17-67 ms here).
+warm = False
 
 
 class EngineError(Exception):
@@ -144,10 +147,13 @@ def preload() -> None:
         screen = new_screen(80, 24)
         screen.feed(b"\x1b[1mwarm\x1b[0m")
         screen.repaint()
-        screen.snapshot("text")
+        for format in ("text", "ansi", "html"):  # each its own formatter (session.py)
+            screen.snapshot(format)
     except Exception:  # the first real model reports it again, with its session
         log.exception("screen engine: loading %s failed", chosen)
         return
+    global warm
+    warm = True
     log.info("screen engine: %s loaded in %.0f ms", chosen, (time.monotonic() - start) * 1e3,
              extra={"CLOWDER_CAUSE": "screen-engine-loaded", "CLOWDER_ENGINE": chosen})
 

@@ -159,7 +159,8 @@ _ERASE_IN_LINE = re.compile(rb"\x1b\[[0-9;:]{0,32}K")
 INLINE_ERASES = 32
 # A text, ANSI or HTML snapshot of a current model of at most this many cells (80x24,
 # 120x40, 100x50) is made on the loop (Session.screen_call's ``inline``, loopshare.py)
-# when the session's last one took less than INLINE_RENDER_SECONDS.  Their cost is
+# when the session's last one took less than INLINE_RENDER_SECONDS (its first: once the
+# engine is warm, Session._cheap_render).  Their cost is
 # ghostty's C, at most ~1 us a cell here (a combining mark bomb in every cell: 1.9 ms at
 # 80x24; a hyperlink in every cell: HTML 1.2 ms), so a screen that turned costly since
 # its last snapshot stalls the loop once, a few ms at most, and then its snapshots go to
@@ -484,8 +485,8 @@ class Session:
         self._model_paused = False  # the pty is not read until the model catches up
         self._model_lag = MODEL_LAG_MIN  # bytes: MODEL_LAG_SECONDS of the model's rate
         # Seconds the last snapshot that could be made on the loop took (screen_call's
-        # ``inline``); none yet: the first is made in the pool.
-        self._render_seconds = math.inf
+        # ``inline``); None: none yet (see _cheap_render).
+        self._render_seconds: Optional[float] = None
         self.last_output = 0.0
         self._read_failures = 0  # reads failed in a row, not for the pty's end (READ_RETRY)
         self.size_owner: Optional[Attachment] = None  # the client that typed last
@@ -869,8 +870,8 @@ class Session:
             if inline:
                 what = functools.partial(self._timed, what)
                 if not plan and screen.cols * screen.rows <= INLINE_RENDER_CELLS \
-                        and self._render_seconds < INLINE_RENDER_SECONDS \
-                        and engine.follows_output() and RENDERS.allows():
+                        and self._cheap_render() and engine.follows_output() \
+                        and RENDERS.allows():
                     try:
                         return what(screen), self.screen_pos
                     finally:
@@ -914,6 +915,18 @@ class Session:
             if result is _UNRENDERED:
                 result = await self._pool(screenwork.render, screen, what, request=True)
             return result, self.screen_pos
+
+    def _cheap_render(self) -> bool:
+        """Whether this session's next small snapshot may be made on the loop: its last
+        one was cheap; or it is the first, and the engine's formats are loaded (preload).
+        A first is as cheap as any other (figure 8 takes a fresh session's, and the
+        first right after a flood: the pool's hops were ~0.1 ms of them), and a costly
+        one costs the loop once what a screen that turned costly since its last one does
+        (INLINE_RENDER_CELLS).  Before preload it would pay its format's cffi look-ups
+        on the loop (67 ms seen for the first text snapshot after a hand-off)."""
+        if self._render_seconds is None:
+            return engine.warm
+        return self._render_seconds < INLINE_RENDER_SECONDS
 
     def _timed(self, what: Callable, screen):
         """``what(screen)``, its time noted (on the loop or in a pool thread: one float

@@ -74,7 +74,10 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_the_first_snapshot_is_made_in_the_pool_then_cheap_ones_on_the_loop(made):
+def test_before_the_engine_is_warm_the_first_snapshot_is_made_in_the_pool(made, monkeypatch):
+    """Until preload has loaded the formats, a first render would pay their cffi
+    look-ups on the loop (tens of ms): the pool; once it is known cheap, the loop."""
+    monkeypatch.setattr(engine, "warm", False)
     s, snapshot, _ = made()
 
     async def go():
@@ -85,8 +88,42 @@ def test_the_first_snapshot_is_made_in_the_pool_then_cheap_ones_on_the_loop(made
         third = await snapshot(0.0001)
         return first, second, third
     first, second, third = run(go())
-    assert first == ("hello", "pool"), "no cost known yet: the pool"
+    assert first == ("hello", "pool"), "no cost known yet, the engine cold: the pool"
     assert second == ("hello", "loop") and third == ("hello", "loop")
+
+
+def test_once_the_engine_is_warm_a_first_snapshot_is_made_on_the_loop(made, monkeypatch):
+    """A fresh session's first snapshot, or the first right after a flood: no hop."""
+    monkeypatch.setattr(engine, "warm", True)
+    s, snapshot, _ = made()
+
+    async def go():
+        s.ring.put(b"hello")
+        await s.screen_call()
+        return await snapshot(0.0001)
+    assert run(go()) == ("hello", "loop")
+
+
+def test_a_costly_first_snapshot_sends_the_next_ones_to_the_pool(made, monkeypatch):
+    """A first that turns out costly (a screen full of combining marks) stalls the loop
+    once, as a screen that turned costly since its last snapshot does."""
+    monkeypatch.setattr(engine, "warm", True)
+    monkeypatch.setattr(session_mod, "RENDERS",
+                        loopshare.LoopShare(1.0, 10.0, clock=time.perf_counter))
+    s, snapshot, _ = made()
+
+    async def go():
+        s.ring.put(b"x")
+        await s.screen_call()  # a current model: only the cost decides
+        return [await snapshot(0.003), await snapshot(0.0001)]
+    assert [where for _, where in run(go())] == ["loop", "pool"]
+
+
+def test_preload_warms_every_format_made_on_the_loop(monkeypatch):
+    monkeypatch.setattr(engine, "warm", False)
+    monkeypatch.setattr(engine, "chosen", "ghostty")
+    engine.preload()
+    assert engine.warm
 
 
 def test_output_not_fed_yet_goes_to_the_pool_with_its_snapshot(made):
