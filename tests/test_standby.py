@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 
 from conftest import wait_for
 
@@ -154,3 +155,35 @@ def test_a_death_systemd_saw_first_leaves_no_failure_to_stop_the_unit_later(host
     assert host.main_pid() == standby
     assert host.show(HOST, "ActiveState")["ActiveState"] == "active"
     assert b"kept" in host.backlog(sid)
+
+
+def _manager_image(host) -> bytes:
+    """The service manager's auxiliary vector: ASLR makes it differ after every exec."""
+    pid = 1 if host.scope == "system" else int(subprocess.run(
+        ["systemctl", "show", "-p", "MainPID", "--value", f"user@{host.uid}.service"],
+        capture_output=True, check=True).stdout)
+    with open(f"/proc/{pid}/auxv", "rb") as f:
+        return f.read()
+
+
+def test_after_the_manager_re_executes_a_crash_is_still_taken_over(host):
+    """A systemd package upgrade re-executes the manager (daemon-reexec): the unit's
+    state goes through its serialization, and the standby's MAINPID= must still be
+    taken afterwards, with no restart and nothing lost."""
+    sid = host.spawn("/bin/sh", "-c", "echo kept; exec cat")
+    standby = ready_standby(host)
+    old = host.main_pid()
+    restarts = host.show(HOST, "NRestarts")["NRestarts"]
+    before = _manager_image(host)
+    host.systemctl("daemon-reexec")
+    wait_for(lambda: _manager_image(host) != before and host.systemctl(
+        "show", "-p", "Version", check=False).returncode == 0, 30,
+        "the service manager to re-execute and answer again")
+    assert host.main_pid() == old and current_standby(host) == standby
+    os.kill(old, signal.SIGKILL)
+    assert host.wait_ready(old) == standby
+    assert host.show(HOST, "NRestarts")["NRestarts"] == restarts, \
+        "the unit was restarted: the standby's MAINPID= was not taken after the re-exec"
+    host.ctl("send", sid, "after\n")
+    wait_for(lambda: b"kept" in host.backlog(sid) and b"after" in host.backlog(sid), 10,
+             "the session's backlog with the line typed after the takeover")
