@@ -60,6 +60,14 @@ def wait_ready_after(old_pid: int, timeout: float = 60) -> int:
     return wait_for(ready, timeout, "the PTY host to come back")
 
 
+def host_pids() -> list[int]:
+    """The host's processes: its main process and, when its unit has one
+    (ExitType=cgroup), its standby once ready (ptyhostd/standby.py), an interpreter of
+    its own whose memory and CPU are the host's too."""
+    exit_type = run(["systemctl", "show", "-p", "ExitType", "--value", SERVICE]).stdout
+    return [main_pid()] + ([ready_standby()] if exit_type.strip() == "cgroup" else [])
+
+
 def ready_standby(timeout: float = 60) -> int:
     """The pid of the host's standby (ptyhostd/standby.py) once it holds the whole copy
     of the FD store, as the unit's status says: a kill -9 is then taken over by it."""
@@ -237,7 +245,7 @@ class AttachedClient(Terminal):
             self.conn.buf += chunk
 
     def server_pids(self) -> list[int]:
-        return [main_pid()]
+        return host_pids()
 
     def fileno(self) -> int:
         return self.conn.sock.fileno()
@@ -284,7 +292,7 @@ class ClowderPeer:
             self._spawn(argv)
 
     def server_pids(self) -> list[int]:
-        return [main_pid()]
+        return host_pids()
 
     def clear(self) -> None:
         """End every session by stopping the host; the next connection starts it afresh."""

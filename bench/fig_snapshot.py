@@ -4,8 +4,9 @@ screen costs another session's keystroke echo (issue 13, acceptance 4).
 (a) "snapshot after flood": a session draws the repaint figure's 80x24 screen and
 sleeps.  "idle": SNAPSHOTS timed snapshots of the quiet session (after one warm-up).  "first":
 one snapshot of a fresh session that drew the same screen with no flood, asked for the
-moment its job wrote its last byte (a session's first snapshot pays the screen pool's
-thread wake-ups, docs/design.md, which the warm idle ones do not).
+moment its job wrote its last byte (before 66e3a71 a session's first snapshot paid the
+screen pool's thread wake-ups, which the warm idle ones did not; docs/design.md "The
+first snapshot on the loop").
 "after flood": a fresh session first cats the throughput file (100 MB in a full run)
 with no client attached, then draws the same screen; one snapshot is asked for the
 moment the job has written its last byte (a fresh session per format), so it pays

@@ -52,9 +52,9 @@ job on a pty whose master this process reads.  tmux and screen redraw a screen r
 than forward every byte, so they are timed to the same event (the end of the job on
 the client's screen), not to a byte count.  MB = 10^6 bytes of the file.  Relay CPU is
 the server plus client processes' CPU time (/proc/PID/schedstat) during the timed part,
-per 100 MB (for clowder: ptyhostd only; the minimal client's is this process's).  The
-tmux and screen clients show no CPU because their servers write to the client's
-terminal directly (the client hands its tty over).
+per 100 MB (for clowder: ptyhostd and its standby; the minimal client's is this
+process's).  The tmux and screen clients show no CPU because their servers write to the
+client's terminal directly (the client hands its tty over).
 "x raw" and "x tmux" are ratios of the medians; "paired" is the median of the ratios
 taken within each round (less sensitive to the machine's load drifting).
 "clowder, 2nd client stalled": clowder's measurement again, with a second, read-only
@@ -101,7 +101,8 @@ peers and CPU share.
 
 **4. Memory per session.** Sessions are added without a client (1, then 10, then 100)
 and the PSS (/proc/PID/smaps_rollup) of the peer's server processes is summed: tmux's
-one server; one SCREEN / dtach / abduco process per session; ptyhostd.  The programs
+one server; one SCREEN / dtach / abduco process per session; ptyhostd and its standby
+(a second interpreter that takes over a crash, ptyhostd/standby.py).  The programs
 in the sessions are not counted.  Marginal = (PSS at 100 - PSS at 1) / 99.  Two loads:
 idle, and after each session printed 2,000 lines of ~70 characters.  For clowder the
 growth of systemd's own PSS (PID 1 of the instance) is shown beside it: each session is
