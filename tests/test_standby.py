@@ -187,3 +187,19 @@ def test_after_the_manager_re_executes_a_crash_is_still_taken_over(host):
     host.ctl("send", sid, "after\n")
     wait_for(lambda: b"kept" in host.backlog(sid) and b"after" in host.backlog(sid), 10,
              "the session's backlog with the line typed after the takeover")
+
+
+def test_the_standby_has_loaded_the_screen_engine_before_it_takes_over(host):
+    """A standby loads the engine and makes its first renders while it waits
+    (ptyhostd/__main__.py _warm_engine), so the first reattach after a crash does not
+    wait for ghostty's cffi look-ups; the host that takes over is the same process."""
+    standby = ready_standby(host)
+    wait_for(lambda: host.run(["journalctl", "--no-pager", "-o", "cat", f"_PID={standby}",
+                               "CLOWDER_CAUSE=screen-engine-loaded"]).stdout, 20,
+             "the standby's line saying it loaded the screen engine")
+    sid = host.spawn("/bin/sh", "-c", "echo kept; exec cat")
+    old = host.main_pid()
+    os.kill(old, signal.SIGKILL)
+    assert host.wait_ready(old) == standby
+    shown = host.ctl("snapshot", sid).stdout
+    assert b"kept" in shown, f"the taken-over host's snapshot: {shown!r}"
