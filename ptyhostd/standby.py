@@ -3,8 +3,9 @@ every fd the FD store holds and takes over the moment the serving one dies.
 
 Why: after a crash (``kill -9``, a fatal error, the OOM killer) systemd execs a new host,
 which starts its interpreter, imports and adopts: ~120 ms at 1,000 sessions here, 60 of
-them before it runs a line of its own (docs/bench.md section 2).  A standby has started
-and imported already, and holds the fds, so only the adoption is left.  The unit has
+them before it runs a line of its own (docs/bench.md section 2).  A standby has started,
+imported and loaded the screen engine already (__main__._warm_engine), and holds the
+fds, so only the adoption is left.  The unit has
 ``ExitType=cgroup``: it outlives its main process while the standby runs, so the standby
 sends ``MAINPID=`` of itself (``NotifyAccess=all``) and serves, and the unit is never
 restarted (bench/spare_floor.py: 7.6 ms at 1,000 parked fds for a stand-in, against 61

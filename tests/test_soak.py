@@ -86,8 +86,8 @@ PASTE_BYTES = int(os.environ.get("CLOWDER_SOAK_PASTE_BYTES", 1 << 20))
 # the bound covers ten sessions' terminal models and the clients that never read).
 HOST_RSS_BOUND = 256 << 20
 CONTROL_RSS_BOUND = 192 << 20
-# The host's standby (ptyhostd/standby.py): the host's imports and a copy of its fds,
-# no session's model or ring mapped.
+# The host's standby (ptyhostd/standby.py): the host's imports, the screen engine
+# loaded (24-26 MiB measured) and a copy of its fds, no session's model or ring mapped.
 STANDBY_RSS_BOUND = 96 << 20
 # clowder-web's (system scope, on Debian's aiohttp 3.8): its base and the floods held
 # (WEB_FLOODS, each held by webd/gate.py to 4 requests ahead and one read).  Measured
