@@ -220,8 +220,7 @@ async def _serve(args, taken: dict[str, list[int]] | None = None) -> None:
     listener_fds = {name: fds for name, fds in stored.items() if not _is_parked(name)}
     parked = {name: fds for name, fds in stored.items() if _is_parked(name)}
     inputqueue.configure(args.input_queue_bytes, args.input_deadline)
-    engine.choose(args.screen_engine)
-    screenmemory.configure(args.screen_memory)
+    _settle_engine(args)
     # After a hand-off, the old code's bridge serves its clients until the sessions are
     # taken, and stops before any pty is read (Adoption._settle_bridge).
     end = bridge.end if handed is not None else None
@@ -310,7 +309,8 @@ async def _after_the_clients(host: Host) -> None:
             await host.manager.clear_own_result()
         except Exception as exc:  # a reload before a restart would then restart the unit
             log.error("%s", exc, extra={"CLOWDER_CAUSE": "standby"})
-    await screenwork.run(engine.preload)
+    if not engine.warm:  # a standby that took over loaded it while it waited
+        await screenwork.run(engine.preload)
     try:
         allowed = await host.manager.standby_allowed()
     except Exception as exc:  # serving goes on; a crash then restarts the unit
@@ -331,11 +331,17 @@ def _warm_engine(args) -> None:
     first reattach waited for them, and its snapshots went to the pool until its
     preload, engine.warm).  Once per standby, while it only waits."""
     try:
-        engine.choose(args.screen_engine)
+        _settle_engine(args)
     except engine.EngineError:
         return  # _serve says why, if this standby ever serves
-    screenmemory.configure(args.screen_memory)
     engine.preload()
+
+
+def _settle_engine(args) -> None:
+    """The engine and the scrollback budget its models share (engine.EngineError for
+    an engine that cannot be had)."""
+    engine.choose(args.screen_engine)
+    screenmemory.configure(args.screen_memory)
 
 
 def main(argv=None) -> None:
