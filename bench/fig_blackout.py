@@ -128,13 +128,19 @@ class FloorClient:
 
 def unit_times(service: str, t0: float) -> dict:
     """When, after t0 (CLOCK_MONOTONIC, as systemd's own stamps), systemd started the new
-    main process and saw it READY: splits a blackout into systemd's part and the start-up's."""
-    props = ("ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic")
+    main process and saw it READY, and (a restart) when the old run had wholly stopped, its
+standby and the cgroup's last process gone: splits a blackout into the stop, systemd's
+part and the start-up's."""
+    props = ("ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic",
+             "InactiveEnterTimestampMonotonic")
     out = sh(["systemctl", "show", service, *[f"-p{p}" for p in props]]).stdout
     values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     exec_start = int(values.get(props[0]) or 0) / 1e6
     ready = int(values.get(props[1]) or 0) / 1e6
+    stopped = int(values.get(props[2]) or 0) / 1e6
     times = {}
+    if exec_start > stopped > t0:  # a restart: the old unit's end, before the new exec
+        times["stopped"] = stopped - t0
     if exec_start > t0:
         times["new_exec"] = exec_start - t0
         if ready > exec_start:

@@ -100,7 +100,7 @@ def main() -> None:
                                            if isinstance(v, float)},
                           r.get("problem", ""), flush=True)
         for (src, action), rs in got.items():
-            for key in ("old_gone", "new_exec", "ready", "ps_answered", "dark",
+            for key in ("old_gone", "stopped", "new_exec", "ready", "ps_answered", "dark",
                         "bytes_flow"):
                 vals = [r[key] * 1e3 for r in rs if key in r]
                 if vals:
