@@ -24,7 +24,8 @@ from .doorbell import DOORBELL
 from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
 from .host import Host, RequestError
 from .keystrokes import KEYSTROKES
-from .session import Attachment, Session
+from .attachment import Attachment
+from .session import Session
 
 log = logging.getLogger("ptyhostd")
 

@@ -651,7 +651,7 @@ def test_stalled_client_is_bounded_and_repainted(host):
 
 def test_clients_in_step_get_the_same_frames_beside_a_stalled_one(host):
     """Every live read is encoded once and the frame shared by the clients in step
-    (session.Attachment.push): two reading clients, with a stalled one attached between
+    (attachment.Attachment.push): two reading clients, with a stalled one attached between
     them, each get every byte, in order."""
     import socket as socketlib
 
