@@ -1,6 +1,6 @@
 """Text from the wire made safe to print: what a terminal would act on is shown escaped.
 
-Session names are checked by the host (ptyhostd.host._check_name), but an old manifest,
+Session names are checked by the host (ptyhostd.spawn._check_name), but an old manifest,
 another host's version, an agent's configuration or a program's argv can still hold
 characters that move the cursor, retitle the window, reorder a line (bidi overrides) or
 hide text; clowderctl prints every such field through ``shown``.

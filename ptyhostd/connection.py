@@ -22,7 +22,8 @@ from clowder_common.peercred import peer_creds
 from . import engine, handoff, inputseq, peer, pty, terminal
 from .doorbell import DOORBELL
 from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
-from .host import Host, RequestError
+from .host import Host
+from .requesterror import RequestError
 from .keystrokes import KEYSTROKES
 from .attachment import Attachment
 from .session import Session
