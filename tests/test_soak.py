@@ -82,9 +82,18 @@ SEED = int(os.environ.get("CLOWDER_SOAK_SEED", str(int(time.time()))))
 ONLY = {e for e in os.environ.get("CLOWDER_SOAK_EVENTS", "").split(",") if e}
 COUNTERS = 10
 PASTE_BYTES = int(os.environ.get("CLOWDER_SOAK_PASTE_BYTES", 1 << 20))
-# Peak resident memory each daemon may reach during the run (their base is ~20-40 MiB;
-# the bound covers ten sessions' terminal models and the clients that never read).
-HOST_RSS_BOUND = 256 << 20
+# The terminal models' scrollback budget of the run's host (ptyhostd --screen-memory).
+# At its default, MemTotal/16 (1.5 GiB on a 24 GiB machine), the counters' models each
+# grow to the 16 MiB ceiling: 600 s runs peaked at 196-264 MiB, 178 of 196 anonymous
+# (2026-12-08), so the bound below held only by luck; with this budget, 98 MiB.
+SCREEN_MEMORY = 64 << 20
+# Peak resident memory each daemon may reach during the run.  The host's: its base
+# (~40 MiB: the standby's imports and engine, 24-26, and its threads and sessions), the
+# scrollback budget and at most 2 MiB more a model past it (a share never goes under
+# screenmemory.FLOOR: ~20 models here), each model's screen (~1 MiB; 5 at the bomb's
+# 500x500), the ring pages it has mapped (<= 6 MiB seen) and four clients that never
+# read (a few MiB each: test_hostile_hoard.py).
+HOST_RSS_BOUND = 192 << 20
 CONTROL_RSS_BOUND = 192 << 20
 # The host's standby (ptyhostd/standby.py): the host's imports, the screen engine
 # loaded (24-26 MiB measured) and a copy of its fds, no session's model or ring mapped.
@@ -150,6 +159,17 @@ def contiguous(data: str, tag: str) -> tuple[int, int]:
     numbers = [int(n) for n in re.findall(rf"^{re.escape(tag)}(\d+)\r$", data, re.M)]
     bad = sum(1 for a, b in zip(numbers, numbers[1:]) if b != a + 1)
     return len(numbers), bad
+
+
+def rss_parts(pid: int) -> dict[str, float]:
+    """``pid``'s resident memory by kind, MiB: anonymous (the heap, the terminal models)
+    and shared memory (the backlog rings it has mapped, memfds)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return {k: round(int(v.split()[0]) / 1024, 1) for k, v in
+                    (line.split(":", 1) for line in f) if k in ("RssAnon", "RssShmem")}
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
 
 
 def rss(pid: int) -> int:
@@ -285,6 +305,9 @@ class Soak:
         self.web = False  # clowder-web installed (the web events are thrown)
         self.web_cookie = ""  # root's login from clowder-web's last check
         self.peak = {"host": 0, "control": 0}
+        self.peak_after: dict[str, list] = {}  # daemon -> [the event before its peak, s]
+        self.peak_parts: dict[str, float] = {}  # the host's peak: RssAnon, RssShmem (MiB)
+        self.started = time.monotonic()  # the run's, reset when run() begins
         self.box: RebootBox | None = None  # the machine the reboot event powers off
         self.watchdog = timespan(host.show("clowder-ptyhost.service",
                                            "WatchdogUSec")["WatchdogUSec"])
@@ -329,17 +352,28 @@ class Soak:
                             f"{bytes(self.typist.out[-500:])!r}")
         self.typist._read(0)
 
-    def sample(self) -> None:
+    def sample(self, after: str) -> None:
+        """Each daemon's resident memory now, right after the event ``after``; a new
+        peak notes that event and when (the report's ``peak_after``: a peak over its
+        bound names what preceded it)."""
         units = [("host", "clowder-ptyhost.service"), ("control", "clowder-control.service")]
         if self.web:
             units.append(("web", "clowder-web.service"))
+        now = {}
         for name, unit in units:
             pid = int(self.host.show(unit, "MainPID")["MainPID"])
             if pid:
-                self.peak[name] = max(self.peak[name], rss(pid))
+                now[name] = rss(pid)
         standby = current_standby(self.host)
         if standby:  # 0 if it took over or was killed meanwhile
-            self.peak["standby"] = max(self.peak.get("standby", 0), rss(standby))
+            now["standby"] = rss(standby)
+        for name, value in now.items():
+            if value > self.peak.get(name, 0):
+                self.peak[name] = value
+                self.peak_after[name] = [after, round(time.monotonic() - self.started)]
+                if name == "host":  # what it was: the heap and models, or mapped rings
+                    self.peak_parts = rss_parts(
+                        int(self.host.show("clowder-ptyhost.service", "MainPID")["MainPID"]))
 
     # --- the events -------------------------------------------------------------------
 
@@ -798,7 +832,8 @@ class Soak:
     def run(self) -> None:
         events = self.events()
         names = sorted(events)
-        deadline = time.monotonic() + SECONDS
+        self.started = time.monotonic()
+        deadline = self.started + SECONDS
         order: list[str] = []
         thrown: dict[str, float] = {}  # kind -> when it was last over
         while time.monotonic() < deadline or len(set(order)) < len(names):
@@ -827,7 +862,7 @@ class Soak:
             self.counts[name] = self.counts.get(name, 0) + 1
             thrown[name] = time.monotonic()
             self.type_lines(self.rng.randrange(1, 4))  # typed right after the event
-            self.sample()
+            self.sample(name)
 
     # --- the verdict ------------------------------------------------------------------
 
@@ -837,7 +872,8 @@ class Soak:
         self.control.wait_running(["soak"], timeout=60)
         report = {"scope": h.scope, "seed": SEED, "seconds": SECONDS, "events": self.counts,
                   "typed": self.typed, "pastes": len(self.pastes), "exits": len(self.exits),
-                  "peak_rss_mib": {k: round(v / (1 << 20), 1) for k, v in self.peak.items()}}
+                  "peak_rss_mib": {k: round(v / (1 << 20), 1) for k, v in self.peak.items()},
+                  "peak_after": self.peak_after, "host_peak_parts_mib": self.peak_parts}
         ps = h.ps()
         report["sessions_lost"] = sum(
             1 for sid, pid in self.pids.items()
@@ -903,7 +939,8 @@ class Soak:
 
 def test_chaos_run_loses_nothing(host, attach):
     control = Control(host)
-    host.drop_in("[Service]\nEnvironment=CLOWDER_BACKLOG_BYTES=67108864\n")
+    host.drop_in(f"[Service]\nEnvironment=CLOWDER_BACKLOG_BYTES=67108864\n"
+                 f"Environment=CLOWDER_SCREEN_MEMORY={SCREEN_MEMORY}\n")
     host.restart()
     soak = Soak(host, control, attach)
     try:
