@@ -129,8 +129,8 @@ class FloorClient:
 def unit_times(service: str, t0: float) -> dict:
     """When, after t0 (CLOCK_MONOTONIC, as systemd's own stamps), systemd started the new
     main process and saw it READY, and (a restart) when the old run had wholly stopped, its
-standby and the cgroup's last process gone: splits a blackout into the stop, systemd's
-part and the start-up's."""
+    standby and the cgroup's last process gone: splits a blackout into the stop, systemd's
+    part and the start-up's."""
     props = ("ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic",
              "InactiveEnterTimestampMonotonic")
     out = sh(["systemctl", "show", service, *[f"-p{p}" for p in props]]).stdout

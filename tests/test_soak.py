@@ -359,21 +359,15 @@ class Soak:
         units = [("host", "clowder-ptyhost.service"), ("control", "clowder-control.service")]
         if self.web:
             units.append(("web", "clowder-web.service"))
-        now = {}
-        for name, unit in units:
-            pid = int(self.host.show(unit, "MainPID")["MainPID"])
-            if pid:
-                now[name] = rss(pid)
-        standby = current_standby(self.host)
-        if standby:  # 0 if it took over or was killed meanwhile
-            now["standby"] = rss(standby)
-        for name, value in now.items():
+        pids = {name: int(self.host.show(unit, "MainPID")["MainPID"]) for name, unit in units}
+        pids["standby"] = current_standby(self.host)  # 0 if it took over or was killed
+        for name, pid in pids.items():
+            value = rss(pid) if pid else 0
             if value > self.peak.get(name, 0):
                 self.peak[name] = value
                 self.peak_after[name] = [after, round(time.monotonic() - self.started)]
                 if name == "host":  # what it was: the heap and models, or mapped rings
-                    self.peak_parts = rss_parts(
-                        int(self.host.show("clowder-ptyhost.service", "MainPID")["MainPID"]))
+                    self.peak_parts = rss_parts(pid)
 
     # --- the events -------------------------------------------------------------------
 
