@@ -20,12 +20,12 @@ from clowder_common import __version__
 from clowder_common.peercred import peer_creds
 
 from . import engine, handoff, inputseq, peer, pty, terminal
+from .attachment import Attachment
 from .doorbell import DOORBELL
 from .eventbus import WATCH_HIGH_WATER, WATCH_LOW_WATER, Watcher
 from .host import Host
-from .requesterror import RequestError
 from .keystrokes import KEYSTROKES
-from .attachment import Attachment
+from .requesterror import RequestError
 from .session import Session
 
 log = logging.getLogger("ptyhostd")

@@ -23,10 +23,10 @@ from .manifest import Manifest
 from .manifestwriter import ManifestWriteError, ManifestWriter
 from .pidwatch import PidWatch
 from .adopt import Adoption
-from .requesterror import RequestError
-from .spawn import Spawning
 from .eventbus import EventBus
+from .requesterror import RequestError
 from .session import UNIT_PREFIX, Session, painted
+from .spawn import Spawning
 
 log = logging.getLogger("ptyhostd")
 
